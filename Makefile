@@ -1,0 +1,113 @@
+# xvirtiofs developer entry points. Run `make help` for the list.
+#
+# Every target does its own set-up on a fresh Debian 12 machine (as root):
+# vm and test run deps -> build -> image first.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+# rustup installs cargo here; make it visible to every recipe.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+DEFAULT_DAEMON := $(CURDIR)/host/target/release/xvirtiofsd
+
+# Knobs of `make vm` (see vmm-config/run-vm --help for all of them).
+SHARE ?= $(CURDIR)/shared
+CMD ?=
+QUEUES ?= 1
+VCPUS ?= 2
+MEM ?= 1G
+DAEMON ?= $(DEFAULT_DAEMON)
+DAEMON_ARGS ?=
+XVFS_ACCEL ?=
+export SHARE CMD QUEUES VCPUS MEM DAEMON DAEMON_ARGS XVFS_ACCEL
+
+# `make vm DAEMON=/opt/.../virtiofsd` does not need our daemon built.
+VM_BUILD := $(if $(filter $(DEFAULT_DAEMON),$(abspath $(DAEMON))),build)
+
+.PHONY: help deps build image vm test clean bench bench-quick upgrade-demo bench-daemon
+
+help:
+	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
+	@echo 'make build   cargo build --release in host/ (host/target/release/xvirtiofsd)'
+	@echo 'make image   build the guest kernel + initramfs (build/guest/)'
+	@echo 'make vm      boot a guest on SHARE (default ./shared), mounted on /mnt/shared'
+	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
+	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
+	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
+	@echo '             print the guest-visible pause and the error count'
+	@echo 'make libvirt-up  install libvirt 11 (bookworm-backports) and start virtlogd + libvirtd by hand'
+	@echo 'make install  xvirtiofsd -> $$(PREFIX)/libexec, vhost-user descriptor -> /etc/qemu/vhost-user/'
+	@echo '             (libvirt then finds it without <binary path>); make uninstall removes both'
+	@echo 'make clean   remove build/'
+	@echo 'make bench        the 45 Filebench workloads of the FUSE paper: xvirtiofsd, virtiofsd,'
+	@echo '                  host native, guest tmpfs side by side -> bench/results/<date>-<rev>/'
+	@echo 'make bench-quick  the same for a dozen of them (about 15 minutes under TCG)'
+	@echo 'make bench-daemon  xvirtiofsd vs virtiofsd vs host syscalls with bench/loadgen (no VM, ~10 min);'
+	@echo '             report in bench/results/daemon-<date>-<rev>/ (BENCH_SECS BENCH_REPS BENCH_CASES)'
+
+deps:
+	@vmm-config/install-deps.sh
+
+build: deps
+	cd host && cargo build --release
+
+image: deps
+	@guest-image/build.sh
+
+# Make itself exits 2 when the guest command fails; "Error N" shows its status,
+# and vmm-config/run-vm returns it unchanged.
+vm: deps $(VM_BUILD) image
+	@vmm-config/run-vm
+
+test: deps build image
+	@tests/run-all.sh
+
+upgrade-demo: deps build image
+	@tests/vm/test_upgrade.sh
+
+clean:
+	rm -rf build
+
+# The daemon benchmark: loadgen plays VMM and guest, so it needs no image.
+bench-daemon: build
+	@bench/bench-daemon.sh
+
+# libvirt (see vmm-config/README.md and docs/libvirt.md). PREFIX, DESTDIR and
+# VHOST_USER_DIR are the usual install knobs; the descriptor's "binary" is
+# rewritten to the installed path. Name it 40-xvirtiofsd.json (DESCRIPTOR=...)
+# to win over a distribution's 50-virtiofsd.json: libvirt takes the first
+# "type": "fs" descriptor by file name.
+PREFIX ?= /usr/local
+VHOST_USER_DIR ?= /etc/qemu/vhost-user
+DESCRIPTOR ?= 50-xvirtiofsd.json
+INSTALLED_DAEMON := $(PREFIX)/libexec/xvirtiofsd
+
+.PHONY: libvirt-up libvirt-down install uninstall
+
+libvirt-up: deps
+	@vmm-config/libvirt-up
+
+libvirt-down:
+	@vmm-config/libvirt-up --stop
+
+install: build
+	install -D -m 0755 host/target/release/xvirtiofsd $(DESTDIR)$(INSTALLED_DAEMON)
+	install -d -m 0755 $(DESTDIR)$(VHOST_USER_DIR)
+	sed 's|"binary": ".*"|"binary": "$(INSTALLED_DAEMON)"|' vmm-config/50-xvirtiofsd.json \
+		>$(DESTDIR)$(VHOST_USER_DIR)/$(DESCRIPTOR)
+	chmod 0644 $(DESTDIR)$(VHOST_USER_DIR)/$(DESCRIPTOR)
+
+uninstall:
+	rm -f $(DESTDIR)$(INSTALLED_DAEMON) $(DESTDIR)$(VHOST_USER_DIR)/$(DESCRIPTOR)
+	-rmdir $(DESTDIR)$(VHOST_USER_DIR) 2>/dev/null
+
+# Filebench suite side by side (bench/bench.sh --help); BENCH_ARGS adds options,
+# e.g. BENCH_ARGS='--reps 3'.
+BENCH_ARGS ?=
+bench: deps build image
+	@bench/bench.sh --list all $(BENCH_ARGS)
+
+bench-quick: deps build image
+	@bench/bench.sh --list quick $(BENCH_ARGS)

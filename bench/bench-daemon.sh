@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# make bench-daemon: xvirtiofsd against upstream virtiofsd and native system
+# calls, measured with bench/loadgen (no VM: loadgen is the VMM and the guest).
+#
+# For every case (workload x queues x client threads) and every back-end
+# variant it runs loadgen, REPS times, repetitions outermost so that drift
+# hits every variant alike, and writes
+#   bench/results/daemon-<date>-<rev>/raw/<case>__<variant>__r<N>.json
+# then bench/daemon_report.py turns them into report.md (medians, ratios,
+# targets with PASS/MISS) and plot.png.
+#
+# Variants: xv-never / xv-adaptive (xvirtiofsd --poll never|adaptive; when
+# the daemon has no --poll flag, a single "xv" variant runs as is and the
+# report says so), virtiofsd (1 request queue only), native (host syscalls).
+#
+# Environment:
+#   BENCH_SECS (3)       measured seconds per run
+#   BENCH_WARMUP (0.3)   warm-up seconds per run
+#   BENCH_REPS (3)       repetitions (the report uses medians)
+#   BENCH_POLL_US (50)   --poll-us for the adaptive variant (the daemon's own
+#                        default is 0 on hosts with at most 2 CPUs)
+#   BENCH_CASES          space-separated subset of case names (default: all)
+#   BENCH_DIR            shared directory (default build/bench-share)
+#   VIRTIOFSD            upstream virtiofsd (default /opt/xvirtiofs/virtiofsd/bin/virtiofsd)
+#   XVIRTIOFSD           our daemon (default host/target/release/xvirtiofsd)
+#
+# Machine etiquette: holds /tmp/xvfs-vm.lock for the whole run and waits
+# while any QEMU runs, so that VM tests and benchmarks never share the CPUs.
+set -euo pipefail
+
+# shellcheck source=vmm-config/functions.sh
+. "$(dirname "$0")/../vmm-config/functions.sh"
+
+SECS=${BENCH_SECS:-3}
+WARMUP=${BENCH_WARMUP:-0.3}
+REPS=${BENCH_REPS:-3}
+POLL_US=${BENCH_POLL_US:-50}
+SHARE=${BENCH_DIR:-$XVFS_ROOT/build/bench-share}
+VIRTIOFSD=${VIRTIOFSD:-/opt/xvirtiofs/virtiofsd/bin/virtiofsd}
+XVIRTIOFSD=${XVIRTIOFSD:-$XVFS_ROOT/host/target/release/xvirtiofsd}
+LOADGEN=$XVFS_ROOT/host/target/release/loadgen
+PYTHON=/usr/bin/python3
+SOCK=/tmp/xvfs-bench-$$.sock
+VM_LOCK=/tmp/xvfs-vm.lock
+
+# case name | loadgen workload options | client threads in total
+CASES=(
+    "read4k-qd1|--workload read --bs 4k|1"
+    "read4k-qd8|--workload read --bs 4k --depth 8|1"
+    "read1m|--workload read --bs 1m|1"
+    "write1m|--workload write --bs 1m|1"
+    "getattr|--workload getattr|1"
+    "lookup|--workload lookup|1"
+    "create|--workload create|1"
+    "readdirplus|--workload readdirplus|1"
+    "read4k-2thr|--workload read --bs 4k|2"
+    "getattr-2thr|--workload getattr|2"
+    "read4k-qd1-pollwait|--workload read --bs 4k --wait poll|1"
+)
+
+NOTES=()
+XV_VARIANTS=()
+PAUSES=0
+
+print_help() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+}
+
+note() {
+    say "NOTE: $*"
+    NOTES+=("$*")
+}
+
+# Which xvirtiofsd variants this build supports.
+detect_variants() {
+    local help
+    help=$("$XVIRTIOFSD" --help)
+    if grep -q -- '--poll ' <<<"$help" || grep -q -- '--poll <' <<<"$help"; then
+        XV_VARIANTS=(xv-never xv-adaptive)
+        if ! grep -q -- '--poll-us' <<<"$help"; then
+            note "xvirtiofsd has --poll but no --poll-us: xv-adaptive runs with the daemon's default window"
+        fi
+    else
+        XV_VARIANTS=(xv)
+        note "xvirtiofsd has no --poll flag: variants xv-never and xv-adaptive are SKIPPED; one variant 'xv' runs with the daemon's defaults"
+    fi
+}
+
+# daemon_cmd VARIANT QUEUES: the back-end command line for loadgen.
+daemon_cmd() {
+    local v=$1
+    local -a common=(--socket-path "$SOCK" --shared-dir "$SHARE" --cache auto --sandbox none)
+    case "$v" in
+        xv) echo "$XVIRTIOFSD ${common[*]} --log-level warn" ;;
+        xv-never) echo "$XVIRTIOFSD ${common[*]} --log-level warn --poll never" ;;
+        xv-adaptive)
+            if "$XVIRTIOFSD" --help | grep -q -- '--poll-us'; then
+                echo "$XVIRTIOFSD ${common[*]} --log-level warn --poll adaptive --poll-us $POLL_US"
+            else
+                echo "$XVIRTIOFSD ${common[*]} --log-level warn --poll adaptive"
+            fi
+            ;;
+        virtiofsd) echo "$VIRTIOFSD ${common[*]} --log-level error" ;;
+        *) die "unknown variant $v" ;;
+    esac
+}
+
+# run_one CASE VARIANT QUEUES THREADS_PER_QUEUE REP WORKLOAD_OPTS...
+run_one() {
+    local case=$1 variant=$2 queues=$3 tpq=$4 rep=$5
+    shift 5
+    local tag=$variant
+    [ "$variant" = native ] || tag=$variant-${queues}q${tpq}t
+    local out=$RAW/${case}__${tag}__r${rep}.json
+    local -a cmd lg=(--dir "$SHARE" --threads "$tpq" --duration "$SECS" --warmup "$WARMUP"
+        --label "$case/$tag" --output "$out" "$@")
+    if [ "$variant" = native ]; then
+        cmd=("$LOADGEN" native "${lg[@]}")
+    else
+        local -a daemon
+        read -r -a daemon <<<"$(daemon_cmd "$variant")"
+        cmd=("$LOADGEN" run --socket "$SOCK" --queues "$queues" "${lg[@]}" -- "${daemon[@]}")
+    fi
+    local attempt
+    for attempt in 1 2 3; do
+        wait_for_no_vm
+        printf 'xvfs: [%s] %-20s %-22s rep %s\n' "$(date +%T)" "$case" "$tag" "$rep" >&2
+        if ! "${cmd[@]}" 2>>"$LOG"; then
+            note "run failed: $case $tag rep $rep (see $LOG)"
+            rm -f "$out"
+            return 0
+        fi
+        # A VM that started meanwhile spoils the run: measure it again.
+        pgrep qemu >/dev/null || return 0
+        say "a QEMU started during the run: discarding it (attempt $attempt)"
+        rm -f "$out"
+    done
+    note "$case $tag rep $rep: dropped, a QEMU kept starting during it"
+}
+
+# The variants of one case: (variant queues threads-per-queue) triples.
+case_variants() {
+    local threads=$1 pollwait=$2 v
+    for v in "${XV_VARIANTS[@]}"; do
+        echo "$v 1 $threads"
+        [ "$threads" -lt 2 ] || echo "$v 2 1"
+    done
+    echo "virtiofsd 1 $threads"
+    [ "$pollwait" = yes ] || echo "native 0 $threads"
+}
+
+wanted() {
+    [ -z "${BENCH_CASES:-}" ] && return 0
+    local c
+    for c in $BENCH_CASES; do
+        [ "$c" = "$1" ] && return 0
+    done
+    return 1
+}
+
+wait_for_quiet_host() {
+    exec {LOCK_FD}>"$VM_LOCK"
+    if ! flock -n "$LOCK_FD"; then
+        say "waiting for $VM_LOCK (a VM test holds it)"
+        flock -w 1800 "$LOCK_FD" || die "$VM_LOCK still held after 30 min"
+    fi
+    wait_for_no_vm
+}
+
+# Never measure beside a VM (other sessions boot them without the lock):
+# before every run, wait until no QEMU is left.
+wait_for_no_vm() {
+    local waited=0
+    while pgrep qemu >/dev/null; do
+        if [ "$waited" -eq 0 ]; then
+            say "a QEMU is running: pausing until it ends"
+            PAUSES=$((PAUSES + 1))
+        fi
+        waited=$((waited + 2))
+        [ "$waited" -lt 3600 ] || die "QEMU still running after 60 min; not benchmarking beside a VM"
+        sleep 2
+    done
+}
+
+main() {
+    case "${1:-}" in
+        -h | --help)
+            print_help
+            return 0
+            ;;
+    esac
+    need git flock pgrep sha256sum
+    [ -x "$LOADGEN" ] || die "$LOADGEN missing: run 'make build'"
+    [ -x "$XVIRTIOFSD" ] || die "$XVIRTIOFSD missing: run 'make build'"
+    [ -x "$VIRTIOFSD" ] || die "$VIRTIOFSD missing: run 'make deps'"
+    "$PYTHON" -c 'import matplotlib' 2>/dev/null || die "python3-matplotlib missing: run 'make deps'"
+
+    local rev date
+    rev=$(git -C "$XVFS_ROOT" describe --always --dirty --abbrev=10)
+    date=$(date +%Y%m%d-%H%M%S)
+    OUT=$XVFS_ROOT/bench/results/daemon-$date-$rev
+    RAW=$OUT/raw
+    LOG=$OUT/loadgen.log
+    mkdir -p "$RAW" "$SHARE"
+    : >"$LOG"
+    # Private copies: a rebuild during the run must not change what is measured.
+    BIN_DIR=$(mktemp -d /tmp/xvfs-bench-bin.XXXXXX)
+    trap 'rm -f "$SOCK"; rm -rf "$BIN_DIR"' EXIT
+    local src_xv=$XVIRTIOFSD
+    cp "$XVIRTIOFSD" "$BIN_DIR/xvirtiofsd"
+    cp "$LOADGEN" "$BIN_DIR/loadgen"
+    XVIRTIOFSD=$BIN_DIR/xvirtiofsd
+    LOADGEN=$BIN_DIR/loadgen
+
+    wait_for_quiet_host
+    detect_variants
+    say "results: $OUT"
+    say "$REPS repetitions x ${SECS}s (+${WARMUP}s warm-up) per run"
+    "$LOADGEN" prepare --dir "$SHARE"
+
+    local t0=$SECONDS rep entry case opts threads pollwait v q tpq
+    local -a wopts
+    for rep in $(seq 1 "$REPS"); do
+        for entry in "${CASES[@]}"; do
+            IFS='|' read -r case opts threads <<<"$entry"
+            wanted "$case" || continue
+            read -r -a wopts <<<"$opts"
+            pollwait=no
+            [[ "$opts" == *"--wait poll"* ]] && pollwait=yes
+            while read -r v q tpq; do
+                run_one "$case" "$v" "$q" "$tpq" "$rep" "${wopts[@]}"
+            done < <(case_variants "$threads" "$pollwait")
+        done
+    done
+    say "measured in $((SECONDS - t0)) s"
+    [ "$PAUSES" -eq 0 ] || note "paused $PAUSES time(s) while a QEMU ran (no run overlapped a VM; pgrep checked before each run)"
+
+    {
+        echo "rev=$rev"
+        echo "date=$date"
+        echo "secs=$SECS"
+        echo "warmup=$WARMUP"
+        echo "reps=$REPS"
+        echo "poll_us=$POLL_US"
+        echo "host=$(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+        echo "xvirtiofsd=$src_xv (sha256 $(sha256sum "$XVIRTIOFSD" | cut -c1-16), copied for the run)"
+        echo "virtiofsd=$VIRTIOFSD ($("$VIRTIOFSD" --version 2>/dev/null | head -n 1))"
+        local n
+        for n in "${NOTES[@]}"; do
+            echo "note=$n"
+        done
+    } >"$OUT/meta.txt"
+    "$PYTHON" "$XVFS_ROOT/bench/daemon_report.py" "$OUT"
+    say "report: $OUT/report.md"
+    cat "$OUT/report.md"
+}
+
+main "$@"

@@ -1,0 +1,314 @@
+#!/usr/bin/python3
+"""Turns a bench-daemon result directory (raw/*.json from loadgen, meta.txt)
+into report.md (median per case and variant, ratios against virtiofsd and
+native system calls, the issue's targets with PASS/MISS) and plot.png.
+
+Usage: daemon_report.py RESULT_DIR
+
+The figures are measurements, not tests: MISS does not fail anything.
+"""
+
+import glob
+import json
+import os
+import statistics
+import sys
+
+CASE_ORDER = [
+    "read4k-qd1",
+    "read4k-qd8",
+    "read1m",
+    "write1m",
+    "getattr",
+    "lookup",
+    "create",
+    "readdirplus",
+    "read4k-2thr",
+    "getattr-2thr",
+    "read4k-qd1-pollwait",
+]
+
+# The figure a case is judged by in the ratio columns.
+BYTES_CASES = {"read1m", "write1m"}
+
+
+def load(result_dir):
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(result_dir, "raw", "*.json"))):
+        name = os.path.basename(path)[: -len(".json")]
+        case, variant, _rep = name.split("__")
+        with open(path, encoding="utf-8") as f:
+            runs.setdefault((case, variant), []).append(json.load(f))
+    return runs
+
+
+def meta(result_dir):
+    out = {"note": []}
+    path = os.path.join(result_dir, "meta.txt")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                if k == "note":
+                    out["note"].append(v)
+                else:
+                    out[k] = v
+    return out
+
+
+def med(runs, key, sub=None):
+    vals = []
+    for r in runs:
+        v = r.get(key)
+        if sub is not None and isinstance(v, dict):
+            v = v.get(sub)
+        if isinstance(v, (int, float)):
+            vals.append(float(v))
+    return statistics.median(vals) if vals else None
+
+
+def summarise(runs):
+    s = {}
+    for (case, variant), rs in runs.items():
+        s[(case, variant)] = {
+            "n": len(rs),
+            "ops": med(rs, "ops_per_s"),
+            "ops_min": min(r["ops_per_s"] for r in rs),
+            "ops_max": max(r["ops_per_s"] for r in rs),
+            "gbs": med(rs, "gb_per_s"),
+            "p50": med(rs, "latency_us", "p50"),
+            "p99": med(rs, "latency_us", "p99"),
+            "p999": med(rs, "latency_us", "p99_9"),
+            "cpu_d": med(rs, "cpu_s", "daemon"),
+            "cpu_c": med(rs, "cpu_s", "client"),
+            "cpu_o": med(rs, "cpu_s", "other"),
+            "window": med(rs, "window_s"),
+            "command": (rs[0].get("daemon") or {}).get("command"),
+        }
+    return s
+
+
+def fmt(v, digits=1):
+    if v is None:
+        return "–"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def variant_key(v):
+    order = ["xv-never", "xv-adaptive", "xv", "virtiofsd", "native"]
+    base = v.split("-1q")[0].split("-2q")[0]
+    return (order.index(base) if base in order else 9, v)
+
+
+def ours(variant):
+    return variant.startswith("xv")
+
+
+def baseline(s, case, prefix):
+    """The virtiofsd (1 queue, same client threads) or native entry of a case."""
+    for (c, v), e in s.items():
+        if c == case and v.startswith(prefix):
+            return e
+    return None
+
+
+def case_table(s, case):
+    rows = sorted((v for (c, v) in s if c == case), key=variant_key)
+    if not rows:
+        return []
+    judge_bytes = case in BYTES_CASES
+    vfd = baseline(s, case, "virtiofsd")
+    nat = baseline(s, case, "native")
+    unit = "GB/s" if judge_bytes else "ops/s"
+    out = [
+        f"### {case}",
+        "",
+        f"| variant | ops/s | GB/s | p50 µs | p99 µs | p99.9 µs | daemon CPU s | other CPU s | "
+        f"÷ virtiofsd ({unit}) | ÷ virtiofsd (p50) | ÷ native ({unit}) | ÷ native (p50) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for v in rows:
+        e = s[(case, v)]
+        key = "gbs" if judge_bytes else "ops"
+        r_v = ratio(e[key], vfd[key]) if vfd and ours(v) else None
+        l_v = ratio(e["p50"], vfd["p50"]) if vfd and ours(v) else None
+        r_n = ratio(e[key], nat[key]) if nat and v != "native" else None
+        l_n = ratio(e["p50"], nat["p50"]) if nat and v != "native" else None
+        out.append(
+            f"| {v} | {fmt(e['ops'], 0)} | {fmt(e['gbs'], 3)} | {fmt(e['p50'])} | "
+            f"{fmt(e['p99'])} | {fmt(e['p999'])} | {fmt(e['cpu_d'], 2)} | {fmt(e['cpu_o'], 2)} | "
+            f"{fmt(r_v, 2)} | {fmt(l_v, 2)} | {fmt(r_n, 3)} | {fmt(l_n, 1)} |"
+        )
+    out.append("")
+    return out
+
+
+def targets(s):
+    lines = [
+        "| target | variant | measured | goal | |",
+        "|---|---|---:|---|---|",
+    ]
+
+    def row(name, variant, value, goal, ok):
+        verdict = "–" if value is None else ("PASS" if ok(value) else "MISS")
+        lines.append(f"| {name} | {variant} | {fmt(value, 2)} | {goal} | {verdict} |")
+
+    xv1 = sorted({v for (c, v) in s if ours(v) and v.endswith("-1q1t")}, key=variant_key)
+    for case, what in (("read4k-qd1", "event wait"), ("read4k-qd1-pollwait", "poll wait")):
+        vfd = baseline(s, case, "virtiofsd")
+        nat = baseline(s, "read4k-qd1", "native")
+        for v in xv1:
+            e = s.get((case, v))
+            if not e:
+                continue
+            row(
+                f"4K READ qd1 p50 ÷ virtiofsd ({what})",
+                v,
+                ratio(e["p50"], vfd["p50"]) if vfd else None,
+                "≤ 0.5",
+                lambda x: x <= 0.5,
+            )
+            row(
+                f"4K READ qd1 p50 ÷ host pread ({what})",
+                v,
+                ratio(e["p50"], nat["p50"]) if nat else None,
+                "≤ 4",
+                lambda x: x <= 4,
+            )
+    for case in ("getattr", "lookup"):
+        vfd = baseline(s, case, "virtiofsd")
+        for v in xv1:
+            e = s.get((case, v))
+            if e:
+                row(
+                    f"{case.upper()} ops/s ÷ virtiofsd",
+                    v,
+                    ratio(e["ops"], vfd["ops"]) if vfd else None,
+                    "≥ 2",
+                    lambda x: x >= 2,
+                )
+    for case in ("read4k-2thr", "getattr-2thr"):
+        for v in sorted({v for (c, v) in s if c == case and ours(v)}, key=variant_key):
+            if not v.endswith("-2q1t"):
+                continue
+            base = v[: -len("-2q1t")]
+            two = s[(case, v)]
+            one = s.get((case, base + "-1q2t"))
+            row(
+                f"{case}: 2 queues ÷ 1 queue (2 client threads)",
+                base,
+                ratio(two["ops"], one["ops"]) if one else None,
+                "≥ 1.7",
+                lambda x: x >= 1.7,
+            )
+    vfd = baseline(s, "read1m", "virtiofsd")
+    for v in xv1:
+        e = s.get(("read1m", v))
+        if e:
+            row(
+                "1 MiB READ GB/s ÷ virtiofsd",
+                v,
+                ratio(e["gbs"], vfd["gbs"]) if vfd else None,
+                "≥ 1",
+                lambda x: x >= 1,
+            )
+    return lines
+
+
+def plot(s, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [c for c in CASE_ORDER if any(k[0] == c for k in s)]
+    variants = sorted({v for (_, v) in s}, key=variant_key)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
+    width = 0.8 / max(len(variants), 1)
+    for i, v in enumerate(variants):
+        xs, tput, lo, hi, lat = [], [], [], [], []
+        for j, c in enumerate(cases):
+            e = s.get((c, v))
+            vfd = baseline(s, c, "virtiofsd")
+            if not e or not vfd or not vfd["ops"]:
+                continue
+            xs.append(j + (i - (len(variants) - 1) / 2) * width)
+            r = e["ops"] / vfd["ops"]
+            tput.append(r)
+            lo.append(r - e["ops_min"] / vfd["ops"])
+            hi.append(e["ops_max"] / vfd["ops"] - r)
+            lat.append(e["p50"] or 0)
+        if xs:
+            ax1.bar(xs, tput, width, yerr=[lo, hi], capsize=2, label=v)
+            ax2.bar(xs, lat, width, label=v)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("ops/s ÷ virtiofsd (median, min–max)")
+    ax1.legend(fontsize=8, ncol=4)
+    ax1.set_title("vhost-user-fs back-ends under bench/loadgen (no VM)")
+    ax2.set_yscale("log")
+    ax2.set_ylabel("median latency µs")
+    ax2.set_xticks(range(len(cases)))
+    ax2.set_xticklabels(cases, rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    runs = load(d)
+    if not runs:
+        sys.exit(f"no results under {d}/raw")
+    s = summarise(runs)
+    m = meta(d)
+    lines = [
+        f"# bench-daemon {m.get('date', '')} ({m.get('rev', '')})",
+        "",
+        "Command: `make bench-daemon` (bench/bench-daemon.sh; loadgen plays VMM and guest driver, no VM).",
+        "",
+        f"- host: {m.get('host', '?')}",
+        f"- runs: {m.get('reps', '?')} repetitions × {m.get('secs', '?')} s measured "
+        f"(+{m.get('warmup', '?')} s warm-up); figures are medians over repetitions",
+        f"- virtiofsd: {m.get('virtiofsd', '?')}",
+        "- variants: `<daemon>-<Q>q<T>t` = Q request queues, T client threads per queue; "
+        "client threads wait for replies on the call eventfd (as a guest takes an interrupt) "
+        "unless the case name ends in -pollwait (spinning on the used index)",
+        "- CPU columns: seconds of CPU in the measured window; 'other' is the host's busy time "
+        "minus loadgen and the back-end (anything else that ran: compare rows with care when it is high)",
+        "- native: the same operations as host system calls (pread, fstat, fstatat, "
+        "open/close/unlink, getdents64 + fstatat), one at a time per thread",
+        "",
+    ]
+    if m["note"]:
+        lines += ["## Notes", ""] + [f"- {n}" for n in m["note"]] + [""]
+    lines += ["## Targets (measurements, not tests)", ""] + targets(s) + [""]
+    lines += ["## Results", ""]
+    for c in CASE_ORDER + sorted({c for (c, _) in s} - set(CASE_ORDER)):
+        lines += case_table(s, c)
+    cmds = sorted({(v.split("-1q")[0].split("-2q")[0], e["command"]) for (_, v), e in s.items() if e["command"]})
+    lines += ["## Back-end command lines", ""]
+    seen = set()
+    for v, cmd in cmds:
+        if v in seen:
+            continue
+        seen.add(v)
+        lines.append(f"- {v}: `{cmd}`")
+    lines.append("")
+    lines.append("![plot](plot.png)")
+    with open(os.path.join(d, "report.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    plot(s, os.path.join(d, "plot.png"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1030 @@
+//! Runs a parsed workload statement by statement: variables, filesets,
+//! processes (thread instances), runs and their statistics.
+//!
+//! A run ends at its run time, or earlier when the quit mode says so
+//! (`firstdone`: the first thread done; `alldone`: every thread done), when a
+//! flowop runs out of files to pick (Filebench's "out of resources"), or on
+//! the first error. Then every thread is told to stop; they look at the stop
+//! flag between operations and inside every wait, and the run waits at most
+//! [`Options::shutdown_timeout`] for them before it reports an error.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::ast::*;
+use crate::error::Error;
+use crate::fileset::{Fileset, FilesetSpec};
+use crate::flowop::{Op, ThreadPlan, Worker};
+use crate::rng::Rng;
+use crate::shared::{End, EventGen, Quota, Sem, Shared, WakePoint};
+use crate::stats::{summarize, FlowopResult, OpStats, Summary};
+use crate::value::{Value, Vars};
+
+/// Defaults of attributes a workload may leave out.
+pub const DEFAULT_RUNTIME_S: f64 = 60.0;
+pub const DEFAULT_MEMSIZE: u64 = 1 << 20;
+pub const DEFAULT_IOSIZE: u64 = 8 << 10;
+pub const DEFAULT_WHOLEFILE_IOSIZE: u64 = 1 << 20;
+pub const DEFAULT_DIRWIDTH: f64 = 20.0;
+/// Filebench's default `dirgamma` (1500, i.e. shape 1.5).
+pub const DEFAULT_DIRGAMMA: f64 = 1500.0;
+
+/// How the runner runs (command line options).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub seed: u64,
+    /// Print nothing (the transcript is still kept).
+    pub quiet: bool,
+    /// `sync` and drop the kernel caches after the filesets are created.
+    pub drop_caches: bool,
+    /// A shell command run after the filesets are created, before the run.
+    pub pre_run: Option<String>,
+    /// How long stopping the threads of a run may take.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seed: 1,
+            quiet: true,
+            drop_caches: false,
+            pre_run: None,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The outcome of one run (or one `stats snap`).
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub line: usize,
+    pub elapsed_s: f64,
+    pub threads: usize,
+    /// Why it ended: "timeout", "firstdone", "alldone", "out of resources: …",
+    /// "error", "snap".
+    pub end: String,
+    pub error: Option<String>,
+    pub flowops: Vec<FlowopResult>,
+    pub summary: Summary,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+}
+
+struct ThreadHandle {
+    stats: Arc<Mutex<Vec<OpStats>>>,
+    ops: Vec<(String, FlowopKind)>,
+}
+
+struct Running {
+    line: usize,
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+    threads: Vec<ThreadHandle>,
+    clear_at: Instant,
+    cpu_at: (f64, f64),
+}
+
+/// Executes statements; keeps the results of every run.
+pub struct Engine {
+    file: String,
+    pub vars: Vars,
+    opts: Options,
+    mode: QuitMode,
+    fileset_defs: Vec<(usize, Attrs, bool)>,
+    filesets: Vec<Arc<Fileset>>,
+    process_defs: Vec<(usize, Attrs, Vec<ThreadDef>)>,
+    eventgen: Option<(usize, Expr)>,
+    running: Option<Running>,
+    lathist: bool,
+    start: Instant,
+    rng: Rng,
+    thread_seq: u64,
+    pub usage: Vec<String>,
+    pub runs: Vec<RunResult>,
+    pub transcript: Vec<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Engine {
+    pub fn new(file: &str, vars: Vars, opts: Options) -> Self {
+        let rng = Rng::new(opts.seed);
+        Engine {
+            file: file.to_string(),
+            vars,
+            opts,
+            mode: QuitMode::Timeout,
+            fileset_defs: Vec::new(),
+            filesets: Vec::new(),
+            process_defs: Vec::new(),
+            eventgen: None,
+            running: None,
+            lathist: false,
+            start: Instant::now(),
+            rng,
+            thread_seq: 0,
+            usage: Vec::new(),
+            runs: Vec::new(),
+            transcript: Vec::new(),
+        }
+    }
+
+    fn say(&mut self, msg: impl AsRef<str>) {
+        let line = format!(
+            "{:.3}: {}",
+            self.start.elapsed().as_secs_f64(),
+            msg.as_ref()
+        );
+        if !self.opts.quiet {
+            println!("{line}");
+        }
+        self.transcript.push(line);
+    }
+
+    fn plain(&mut self, msg: String) {
+        if !self.opts.quiet {
+            println!("{msg}");
+        }
+        self.transcript.push(msg);
+    }
+
+    fn err(&self, line: usize, msg: impl Into<String>) -> Error {
+        Error::run(&self.file, line, msg)
+    }
+
+    /// A created fileset by name.
+    pub fn fileset(&self, name: &str) -> Option<Arc<Fileset>> {
+        self.filesets.iter().find(|f| f.spec.name == name).cloned()
+    }
+
+    /// Runs every statement; processes still running at the end are stopped.
+    pub fn execute(&mut self, script: &Script) -> Result<(), Error> {
+        let r = self.statements(script);
+        let stop = self.stop_processes(script.stmts.last().map(|s| s.line).unwrap_or(1));
+        r.and(stop)
+    }
+
+    fn statements(&mut self, script: &Script) -> Result<(), Error> {
+        for st in &script.stmts {
+            let line = st.line;
+            let ev = |e: String| Error::run(&self.file, line, e);
+            match &st.kind {
+                StmtKind::SetVar { name, value } => {
+                    let v = self.vars.eval(value).map_err(ev)?;
+                    self.vars.set(name, v);
+                }
+                StmtKind::SetMode(m) => self.mode = *m,
+                StmtKind::DefineFileset { attrs, is_file } => {
+                    self.fileset_defs.push((line, attrs.clone(), *is_file));
+                }
+                StmtKind::DefineProcess { attrs, threads } => {
+                    self.process_defs
+                        .push((line, attrs.clone(), threads.clone()));
+                }
+                StmtKind::Eventgen { attrs } => {
+                    if let Some(Attr { value: Some(v), .. }) = attrs.get("rate") {
+                        self.eventgen = Some((line, v.clone()));
+                    }
+                }
+                StmtKind::Run(rt) => {
+                    let secs = match rt {
+                        Some(e) => self.vars.number(e).map_err(ev)?,
+                        None => DEFAULT_RUNTIME_S,
+                    };
+                    self.run(line, secs, None)?;
+                }
+                StmtKind::Psrun { interval, runtime } => {
+                    let secs = match runtime {
+                        Some(e) => self.vars.number(e).map_err(ev)?,
+                        None => DEFAULT_RUNTIME_S,
+                    };
+                    let iv = match interval {
+                        Some(e) => self.vars.number(e).map_err(ev)?,
+                        None => 10.0,
+                    };
+                    self.run(line, secs, Some(iv.max(0.1)))?;
+                }
+                StmtKind::Create(CreateWhat::Files) => self.create_filesets(line)?,
+                StmtKind::Create(CreateWhat::Processes) => {
+                    self.create_filesets(line)?;
+                    self.start_processes(line)?;
+                    if let Some(r) = &self.running {
+                        r.shared.start();
+                    }
+                    self.stats_clear();
+                }
+                StmtKind::Shutdown => self.stop_processes(line)?,
+                StmtKind::Sleep(e) => {
+                    let secs = self.vars.number(e).map_err(ev)?;
+                    self.sleep(secs);
+                }
+                StmtKind::StatsClear => self.stats_clear(),
+                StmtKind::StatsSnap => {
+                    if self.running.is_none() {
+                        return Err(self.err(line, "stats snap: no processes are running"));
+                    }
+                    let r = self.snapshot(line, "snap".into(), None);
+                    self.report(&r);
+                    self.runs.push(r);
+                }
+                StmtKind::Echo(e) => {
+                    let t = self.vars.text(e).map_err(ev)?;
+                    self.say(t);
+                }
+                StmtKind::Usage(e) => {
+                    let t = self.vars.text(e).map_err(ev)?;
+                    self.usage.push(t);
+                }
+                StmtKind::EnableLathist => self.lathist = true,
+                StmtKind::System(e) => {
+                    let cmd = self.vars.text(e).map_err(ev)?;
+                    self.say(format!("system: {cmd}"));
+                    let st = std::process::Command::new("/bin/sh")
+                        .arg("-c")
+                        .arg(&cmd)
+                        .status()
+                        .map_err(|e| self.err(line, format!("system: cannot run sh: {e}")))?;
+                    if !st.success() {
+                        self.say(format!("system: '{cmd}' exited with {st}"));
+                    }
+                }
+                StmtKind::Quit => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn sleep(&mut self, secs: f64) {
+        let until = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
+        while Instant::now() < until {
+            match &self.running {
+                Some(r) => {
+                    if r.shared.abort_reason().is_some()
+                        || r.shared.live.load(Ordering::Acquire) == 0
+                    {
+                        break;
+                    }
+                    r.shared.wait_change(until - Instant::now());
+                }
+                None => {
+                    std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)))
+                }
+            }
+        }
+    }
+
+    fn fileset_spec(
+        &self,
+        line: usize,
+        attrs: &Attrs,
+        is_file: bool,
+    ) -> Result<FilesetSpec, Error> {
+        let ev = |e: String| Error::run(&self.file, line, e);
+        let text = |n: &str| -> Result<Option<String>, Error> {
+            match attrs.get(n) {
+                Some(Attr {
+                    value: Some(v),
+                    line: l,
+                    ..
+                }) => self
+                    .vars
+                    .text(v)
+                    .map(Some)
+                    .map_err(|e| Error::run(&self.file, *l, e)),
+                Some(Attr {
+                    value: None,
+                    line: l,
+                    ..
+                }) => Err(self.err(*l, format!("attribute {n} needs a value"))),
+                None => Ok(None),
+            }
+        };
+        let num = |n: &str| -> Result<Option<f64>, Error> {
+            match text(n)? {
+                Some(t) => crate::value::parse_number(&t)
+                    .map(Some)
+                    .ok_or_else(|| self.err(line, format!("{n}='{t}' is not a number"))),
+                None => Ok(None),
+            }
+        };
+        let flag = |n: &str| -> Result<bool, Error> {
+            match attrs.get(n) {
+                None => Ok(false),
+                Some(Attr { value: None, .. }) => Ok(true),
+                Some(Attr {
+                    value: Some(v),
+                    line: l,
+                    ..
+                }) => self
+                    .vars
+                    .boolean(v)
+                    .map_err(|e| Error::run(&self.file, *l, e)),
+            }
+        };
+        let name = text("name")?.ok_or_else(|| self.err(line, "fileset needs name"))?;
+        let path = text("path")?.ok_or_else(|| self.err(line, "fileset needs path"))?;
+        let size = match attrs.get("size") {
+            Some(Attr { value: Some(v), .. }) => self.vars.eval(v).map_err(ev)?,
+            _ => return Err(self.err(line, format!("fileset {name} needs size=…"))),
+        };
+        if let Value::Text(t) = &size {
+            if crate::value::parse_number(t).is_none() {
+                return Err(self.err(line, format!("size='{t}' is not a number")));
+            }
+        }
+        let entries = if is_file {
+            1
+        } else {
+            num("entries")?
+                .ok_or_else(|| self.err(line, format!("fileset {name} needs entries=…")))?
+                as u64
+        };
+        let prealloc = match attrs.get("prealloc") {
+            None => None,
+            Some(Attr { value: None, .. }) => Some(100.0),
+            Some(Attr {
+                value: Some(v),
+                line: l,
+                ..
+            }) => {
+                let t = self
+                    .vars
+                    .text(v)
+                    .map_err(|e| Error::run(&self.file, *l, e))?;
+                match crate::value::parse_bool(&t) {
+                    Some(true) if t != "1" => Some(100.0),
+                    Some(false) if t != "0" => None,
+                    _ => Some(crate::value::parse_number(&t).ok_or_else(|| {
+                        self.err(*l, format!("prealloc='{t}' is not a percentage"))
+                    })?),
+                }
+            }
+        };
+        if let Some(p) = prealloc {
+            if p > 100.0 {
+                return Err(self.err(line, format!("prealloc={p} is more than 100 %")));
+            }
+        }
+        Ok(FilesetSpec {
+            name,
+            path: PathBuf::from(path),
+            is_file,
+            size,
+            entries,
+            dirwidth: num("dirwidth")?.unwrap_or(DEFAULT_DIRWIDTH),
+            dirgamma: num("dirgamma")?.unwrap_or(DEFAULT_DIRGAMMA) / 1000.0,
+            filesizegamma: num("filesizegamma")?.unwrap_or(0.0) / 1000.0,
+            prealloc,
+            reuse: flag("reuse")?,
+            paralloc: flag("paralloc")?,
+            readonly: flag("readonly")?,
+            trusttree: flag("trusttree")?,
+            leafdirs: num("leafdirs")?.unwrap_or(0.0) as u64,
+        })
+    }
+
+    fn create_filesets(&mut self, _line: usize) -> Result<(), Error> {
+        let defs = std::mem::take(&mut self.fileset_defs);
+        for (line, attrs, is_file) in &defs {
+            let spec = self.fileset_spec(*line, attrs, *is_file)?;
+            if self.fileset(&spec.name).is_some() {
+                return Err(self.err(*line, format!("fileset {} is defined twice", spec.name)));
+            }
+            let kind = if *is_file { "file" } else { "fileset" };
+            let t0 = Instant::now();
+            let fs = Fileset::layout(spec, &mut self.rng).map_err(|e| self.err(*line, e))?;
+            fs.create_on_disk().map_err(|e| {
+                self.err(*line, format!("creating {kind} {}: {e}", fs.root.display()))
+            })?;
+            let st = fs.stats();
+            let pre = fs.existing_files();
+            if *is_file {
+                self.say(format!(
+                    "{} populated: {:.3}MB, {} in {:.1} s",
+                    fs.spec.name,
+                    st.bytes as f64 / 1048576.0,
+                    if pre > 0 {
+                        "preallocated"
+                    } else {
+                        "not preallocated"
+                    },
+                    t0.elapsed().as_secs_f64()
+                ));
+            } else {
+                self.say(format!(
+                    "{} populated: {} files, avg. dir. width = {:.1}, avg. dir. depth = {:.1}, {} leafdirs, {:.3}MB total size, {} preallocated in {:.1} s",
+                    fs.spec.name,
+                    st.files,
+                    st.mean_width,
+                    st.mean_depth,
+                    fs.leafdirs.len(),
+                    st.bytes as f64 / 1048576.0,
+                    pre,
+                    t0.elapsed().as_secs_f64()
+                ));
+            }
+            self.filesets.push(Arc::new(fs));
+        }
+        Ok(())
+    }
+
+    fn compile(&mut self, shared: &mut Shared) -> Result<Vec<ThreadPlan>, Error> {
+        let defs = self.process_defs.clone();
+        if defs.is_empty() {
+            return Err(self.err(1, "no process is defined"));
+        }
+        let events = match &self.eventgen {
+            Some((line, e)) => {
+                let rate = self.vars.number(e).map_err(|m| self.err(*line, m))?;
+                if rate <= 0.0 {
+                    None
+                } else {
+                    Some(Arc::new(EventGen::new(rate)))
+                }
+            }
+            None => None,
+        };
+        shared.events = events.clone();
+        // Pass 1: named semaphores, wake points and finish quotas.
+        let mut quotas: HashMap<String, (Arc<Quota>, bool)> = HashMap::new();
+        for (_, _, threads) in &defs {
+            for t in threads {
+                for (k, f) in t.flowops.iter().enumerate() {
+                    let name = self
+                        .attr_text(&f.attrs, "name", f.line)?
+                        .unwrap_or_default();
+                    match f.kind {
+                        FlowopKind::SemBlock => {
+                            shared
+                                .sems
+                                .entry(name)
+                                .or_insert_with(|| Arc::new(Sem::default()));
+                        }
+                        FlowopKind::Block => {
+                            shared
+                                .wakepoints
+                                .entry(name)
+                                .or_insert_with(|| Arc::new(WakePoint::default()));
+                        }
+                        FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
+                            let value =
+                                self.attr_num(&f.attrs, "value", f.line)?.ok_or_else(|| {
+                                    self.err(f.line, format!("{} needs value=…", f.kind.name()))
+                                })?;
+                            let target = match self.attr_text(&f.attrs, "target", f.line)? {
+                                Some(t) => t,
+                                None => self
+                                    .attr_text(&t.flowops[0].attrs, "name", f.line)?
+                                    .unwrap_or_default(),
+                            };
+                            if !t.flowops[..k].iter().chain(&t.flowops[k + 1..]).any(|o| {
+                                self.attr_text(&o.attrs, "name", o.line)
+                                    .ok()
+                                    .flatten()
+                                    .as_deref()
+                                    == Some(&target)
+                            }) {
+                                return Err(self.err(
+                                    f.line,
+                                    format!(
+                                        "{}: no flowop named {target} in this thread",
+                                        f.kind.name()
+                                    ),
+                                ));
+                            }
+                            if quotas.contains_key(&target) {
+                                return Err(self.err(
+                                    f.line,
+                                    format!("flowop {target} already has a finish condition"),
+                                ));
+                            }
+                            let bytes = f.kind == FlowopKind::FinishOnBytes;
+                            quotas.insert(
+                                target,
+                                (Arc::new(Quota::new(value.round() as u64)), bytes),
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // Pass 2: the thread plans.
+        let mut plans = Vec::new();
+        for (pline, pattrs, threads) in &defs {
+            let pname = self.attr_text(pattrs, "name", *pline)?.unwrap_or_default();
+            let pinst = self.attr_num(pattrs, "instances", *pline)?.unwrap_or(1.0) as u64;
+            for t in threads {
+                let tname = self
+                    .attr_text(&t.attrs, "name", t.line)?
+                    .unwrap_or_default();
+                let tinst = self.attr_num(&t.attrs, "instances", t.line)?.unwrap_or(1.0) as u64;
+                let memsize = self
+                    .attr_num(&t.attrs, "memsize", t.line)?
+                    .map(|m| m as u64)
+                    .unwrap_or(DEFAULT_MEMSIZE);
+                let mut ops = Vec::new();
+                for (k, f) in t.flowops.iter().enumerate() {
+                    ops.push(self.compile_op(k, f, &t.flowops, shared, &quotas, &events)?);
+                }
+                for p in 0..pinst.max(1) {
+                    for i in 0..tinst.max(1) {
+                        plans.push(ThreadPlan {
+                            file: self.file.clone(),
+                            label: format!("{pname}.{p}/{tname}.{i}"),
+                            memsize,
+                            ops: ops.clone(),
+                        });
+                    }
+                }
+                if pinst == 0 || tinst == 0 {
+                    return Err(self.err(t.line, "instances must be at least 1"));
+                }
+            }
+        }
+        Ok(plans)
+    }
+
+    fn attr_text(&self, attrs: &Attrs, name: &str, _line: usize) -> Result<Option<String>, Error> {
+        match attrs.get(name) {
+            Some(Attr {
+                value: Some(v),
+                line: l,
+                ..
+            }) => self
+                .vars
+                .text(v)
+                .map(Some)
+                .map_err(|e| Error::run(&self.file, *l, e)),
+            Some(Attr {
+                value: None,
+                line: l,
+                ..
+            }) => Err(self.err(*l, format!("attribute {name} needs a value"))),
+            None => Ok(None),
+        }
+    }
+
+    fn attr_num(&self, attrs: &Attrs, name: &str, line: usize) -> Result<Option<f64>, Error> {
+        match self.attr_text(attrs, name, line)? {
+            Some(t) => crate::value::parse_number(&t).map(Some).ok_or_else(|| {
+                self.err(
+                    attrs.get(name).map(|a| a.line).unwrap_or(line),
+                    format!("{name}='{t}' is not a number"),
+                )
+            }),
+            None => Ok(None),
+        }
+    }
+
+    fn attr_flag(&self, attrs: &Attrs, name: &str) -> Result<bool, Error> {
+        match attrs.get(name) {
+            None => Ok(false),
+            Some(Attr { value: None, .. }) => Ok(true),
+            Some(Attr {
+                value: Some(v),
+                line,
+                ..
+            }) => self.vars.boolean(v).map_err(|e| self.err(*line, e)),
+        }
+    }
+
+    fn compile_op(
+        &self,
+        k: usize,
+        f: &FlowopDef,
+        all: &[FlowopDef],
+        shared: &Shared,
+        quotas: &HashMap<String, (Arc<Quota>, bool)>,
+        events: &Option<Arc<EventGen>>,
+    ) -> Result<Op, Error> {
+        let a = &f.attrs;
+        let line = f.line;
+        let name = self.attr_text(a, "name", line)?.unwrap_or_default();
+        let fsname = match self.attr_text(a, "filesetname", line)? {
+            Some(n) => Some(n),
+            None => self.attr_text(a, "filename", line)?,
+        };
+        let fileset = match &fsname {
+            Some(n) => Some(
+                self.filesets
+                    .iter()
+                    .position(|f| &f.spec.name == n)
+                    .ok_or_else(|| {
+                        self.err(line, format!("flowop {name}: no fileset or file named {n}"))
+                    })?,
+            ),
+            None => None,
+        };
+        let fd = self.attr_num(a, "fd", line)?.map(|v| v as usize);
+        let needs_file = matches!(
+            f.kind,
+            FlowopKind::CreateFile
+                | FlowopKind::OpenFile
+                | FlowopKind::DeleteFile
+                | FlowopKind::StatFile
+                | FlowopKind::Mkdir
+                | FlowopKind::Rmdir
+                | FlowopKind::ListDir
+                | FlowopKind::FsyncSet
+        );
+        if needs_file && fileset.is_none() {
+            return Err(self.err(
+                line,
+                format!("flowop {name}: {} needs filesetname=…", f.kind.name()),
+            ));
+        }
+        let needs_fd_or_file = matches!(
+            f.kind,
+            FlowopKind::Read
+                | FlowopKind::Write
+                | FlowopKind::AioWrite
+                | FlowopKind::ReadWholeFile
+                | FlowopKind::WriteWholeFile
+                | FlowopKind::AppendFile
+                | FlowopKind::AppendFileRand
+        );
+        if needs_fd_or_file && fileset.is_none() && fd.is_none() {
+            return Err(self.err(
+                line,
+                format!(
+                    "flowop {name}: {} needs fd=… or filesetname=…",
+                    f.kind.name()
+                ),
+            ));
+        }
+        if matches!(f.kind, FlowopKind::CloseFile | FlowopKind::Fsync) && fd.is_none() {
+            return Err(self.err(line, format!("flowop {name}: {} needs fd=…", f.kind.name())));
+        }
+        let wholefile = matches!(
+            f.kind,
+            FlowopKind::ReadWholeFile | FlowopKind::WriteWholeFile
+        );
+        let iosize = self
+            .attr_num(a, "iosize", line)?
+            .map(|v| v as u64)
+            .unwrap_or(if wholefile {
+                DEFAULT_WHOLEFILE_IOSIZE
+            } else {
+                DEFAULT_IOSIZE
+            });
+        let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
+        let target = self.attr_text(a, "target", line)?;
+        let sem = match f.kind {
+            FlowopKind::SemBlock => shared.sems.get(&name).cloned(),
+            FlowopKind::SemPost => {
+                let t = target
+                    .clone()
+                    .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
+                Some(shared.sems.get(&t).cloned().ok_or_else(|| {
+                    self.err(
+                        line,
+                        format!("sempost {name}: no semblock flowop named {t}"),
+                    )
+                })?)
+            }
+            _ => None,
+        };
+        let wake = match f.kind {
+            FlowopKind::Block => shared.wakepoints.get(&name).cloned(),
+            FlowopKind::Wakeup => {
+                let t = target
+                    .clone()
+                    .ok_or_else(|| self.err(line, format!("wakeup {name} needs target=…")))?;
+                Some(shared.wakepoints.get(&t).cloned().ok_or_else(|| {
+                    self.err(line, format!("wakeup {name}: no block flowop named {t}"))
+                })?)
+            }
+            _ => None,
+        };
+        let finish = match f.kind {
+            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
+                let t = match &target {
+                    Some(t) => t.clone(),
+                    None => self
+                        .attr_text(&all[0].attrs, "name", line)?
+                        .unwrap_or_default(),
+                };
+                quotas.get(&t).map(|(q, _)| q.clone())
+            }
+            _ => None,
+        };
+        let is_limit = matches!(
+            f.kind,
+            FlowopKind::EventLimit
+                | FlowopKind::IopsLimit
+                | FlowopKind::OpsLimit
+                | FlowopKind::BwLimit
+        );
+        if is_limit && events.is_none() {
+            return Err(self.err(
+                line,
+                format!(
+                    "flowop {name}: {} needs an 'eventgen rate=…' above 0",
+                    f.kind.name()
+                ),
+            ));
+        }
+        let highwater = self.attr_num(a, "highwater", line)?.map(|v| v as i64);
+        Ok(Op {
+            line,
+            name: name.clone(),
+            kind: f.kind,
+            fileset,
+            fd: fd.unwrap_or(1_000_000 + k),
+            srcfd: self.attr_num(a, "srcfd", line)?.map(|v| v as usize),
+            iosize,
+            random: self.attr_flag(a, "random")?,
+            workingset: self.attr_num(a, "workingset", line)?.unwrap_or(0.0) as u64,
+            dsync: self.attr_flag(a, "dsync")?,
+            directio: self.attr_flag(a, "directio")?,
+            opennext: self.attr_flag(a, "opennext")?,
+            iters: self.attr_num(a, "iters", line)?.unwrap_or(1.0).max(1.0) as u64,
+            indexed: self.attr_num(a, "indexed", line)?.map(|v| v as u64),
+            value,
+            highwater,
+            blocking: self.attr_flag(a, "blocking")?,
+            quota: quotas.get(&name).cloned(),
+            finish,
+            sem,
+            wake,
+            events: if is_limit { events.clone() } else { None },
+        })
+    }
+
+    fn start_processes(&mut self, line: usize) -> Result<(), Error> {
+        if self.running.is_some() {
+            return Err(self.err(line, "processes are already running"));
+        }
+        let mut shared = Shared::default();
+        let plans = self.compile(&mut shared)?;
+        let shared = Arc::new(shared);
+        shared.live.store(plans.len(), Ordering::Release);
+        let mut handles = Vec::new();
+        let mut threads = Vec::new();
+        for plan in plans {
+            let stats = Arc::new(Mutex::new(vec![OpStats::default(); plan.ops.len()]));
+            threads.push(ThreadHandle {
+                stats: stats.clone(),
+                ops: plan.ops.iter().map(|o| (o.name.clone(), o.kind)).collect(),
+            });
+            self.thread_seq += 1;
+            let seed = self
+                .opts
+                .seed
+                .wrapping_mul(1_000_003)
+                .wrapping_add(self.thread_seq);
+            let sh = shared.clone();
+            let fsets = self.filesets.clone();
+            let label = plan.label.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("fb-{}", label.chars().take(12).collect::<String>()))
+                .spawn(move || {
+                    let w = Worker::new(plan, fsets, sh.clone(), stats, seed);
+                    let end = w.run();
+                    sh.thread_ended(&end);
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    shared.stop.store(true, Ordering::Release);
+                    // The threads already started see the stop flag and end.
+                    return Err(self.err(line, format!("cannot start thread {label}: {e}")));
+                }
+            }
+        }
+        let n = handles.len();
+        self.running = Some(Running {
+            line,
+            shared,
+            handles,
+            threads,
+            clear_at: Instant::now(),
+            cpu_at: crate::sys::cpu_times(),
+        });
+        self.say(format!("Starting {n} threads"));
+        Ok(())
+    }
+
+    fn stats_clear(&mut self) {
+        if let Some(r) = &mut self.running {
+            for t in &r.threads {
+                for s in lock(&t.stats).iter_mut() {
+                    *s = OpStats::default();
+                }
+            }
+            r.clear_at = Instant::now();
+            r.cpu_at = crate::sys::cpu_times();
+        }
+    }
+
+    /// Current figures of the running threads, over the time since the last
+    /// clear (or over `elapsed` when given).
+    fn snapshot(&self, line: usize, end: String, elapsed: Option<f64>) -> RunResult {
+        let Some(r) = &self.running else {
+            return RunResult {
+                line,
+                elapsed_s: 0.0,
+                threads: 0,
+                end,
+                error: None,
+                flowops: Vec::new(),
+                summary: Summary::default(),
+                cpu_user_s: 0.0,
+                cpu_sys_s: 0.0,
+            };
+        };
+        let elapsed_s = elapsed.unwrap_or_else(|| r.clear_at.elapsed().as_secs_f64());
+        let mut order: Vec<(String, FlowopKind)> = Vec::new();
+        let mut merged: HashMap<String, OpStats> = HashMap::new();
+        for t in &r.threads {
+            let st = lock(&t.stats);
+            for ((name, kind), s) in t.ops.iter().zip(st.iter()) {
+                if !merged.contains_key(name) {
+                    order.push((name.clone(), *kind));
+                }
+                merged.entry(name.clone()).or_default().merge(s);
+            }
+        }
+        let flowops: Vec<FlowopResult> = order
+            .iter()
+            .map(|(n, k)| FlowopResult::new(n, *k, &merged[n], elapsed_s))
+            .collect();
+        let summary = summarize(&flowops, elapsed_s);
+        let (u, s) = crate::sys::cpu_times();
+        let errors = r.shared.errors();
+        RunResult {
+            line,
+            elapsed_s,
+            threads: r.threads.len(),
+            end,
+            error: if errors.is_empty() {
+                None
+            } else {
+                Some(errors.join("; "))
+            },
+            flowops,
+            summary,
+            cpu_user_s: u - r.cpu_at.0,
+            cpu_sys_s: s - r.cpu_at.1,
+        }
+    }
+
+    fn report(&mut self, r: &RunResult) {
+        self.say("Per-Operation Breakdown");
+        for f in &r.flowops {
+            self.plain(f.line());
+            if self.lathist && f.ops > 0 {
+                for (ns, c) in f.hist.rows() {
+                    self.plain(format!("    {:>12.3}us {c}", ns / 1000.0));
+                }
+            }
+        }
+        self.say(r.summary.line());
+    }
+
+    fn run(&mut self, line: usize, secs: f64, interval: Option<f64>) -> Result<(), Error> {
+        if self.running.is_some() {
+            return Err(self.err(
+                line,
+                "run: processes are already running (shutdown processes first)",
+            ));
+        }
+        self.create_filesets(line)?;
+        if self.opts.drop_caches {
+            crate::sys::drop_caches()
+                .map_err(|e| self.err(line, format!("dropping caches: {e}")))?;
+            self.say("Dropped the kernel caches");
+        }
+        if let Some(cmd) = self.opts.pre_run.clone() {
+            let st = std::process::Command::new("/bin/sh")
+                .arg("-c")
+                .arg(&cmd)
+                .status()
+                .map_err(|e| self.err(line, format!("pre-run command: {e}")))?;
+            if !st.success() {
+                return Err(self.err(line, format!("pre-run command '{cmd}' failed: {st}")));
+            }
+        }
+        self.start_processes(line)?;
+        self.say(format!("Running for {secs} seconds..."));
+        let (shared, t0) = {
+            let r = self
+                .running
+                .as_mut()
+                .ok_or_else(|| Error::run(&self.file, line, "no processes"))?;
+            for t in &r.threads {
+                for s in lock(&t.stats).iter_mut() {
+                    *s = OpStats::default();
+                }
+            }
+            r.cpu_at = crate::sys::cpu_times();
+            r.clear_at = Instant::now();
+            r.shared.start();
+            (r.shared.clone(), r.clear_at)
+        };
+        let deadline = t0 + Duration::from_secs_f64(secs.max(0.0));
+        let mut next_progress = interval.map(|i| t0 + Duration::from_secs_f64(i));
+        let end = loop {
+            if let Some(a) = shared.abort_reason() {
+                break match a {
+                    End::NoResource(m) => format!("out of resources: {m}"),
+                    End::Error(_) => "error".to_string(),
+                    _ => "aborted".to_string(),
+                };
+            }
+            let live = shared.live.load(Ordering::Acquire);
+            let done = shared.done.load(Ordering::Acquire);
+            if live == 0 {
+                break "alldone".to_string();
+            }
+            if self.mode == QuitMode::FirstDone && done > 0 {
+                break "firstdone".to_string();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break "timeout".to_string();
+            }
+            if let Some(p) = next_progress {
+                if now >= p {
+                    let snap = self.snapshot(line, String::new(), None);
+                    self.say(format!(
+                        "{:.0} s: {} ops, {:.1} ops/s",
+                        now.duration_since(t0).as_secs_f64(),
+                        snap.summary.ops,
+                        snap.summary.ops_per_s
+                    ));
+                    next_progress = interval.map(|i| p + Duration::from_secs_f64(i));
+                }
+            }
+            shared.wait_change(deadline - now);
+        };
+        let elapsed = t0.elapsed().as_secs_f64();
+        shared.stop.store(true, Ordering::Release);
+        let stopped = self.join(line);
+        let result = self.snapshot(line, end.clone(), Some(elapsed));
+        self.say(format!("Run took {elapsed:.3} seconds ({end})"));
+        self.report(&result);
+        let error = result.error.clone();
+        self.runs.push(result);
+        self.running = None;
+        self.say("Shutting down processes");
+        stopped?;
+        match error {
+            Some(e) => Err(self.err(line, format!("the run failed: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for the threads of the running processes to end (bounded).
+    fn join(&mut self, line: usize) -> Result<(), Error> {
+        let Some(r) = self.running.as_mut() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + self.opts.shutdown_timeout;
+        while r.shared.live.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            r.shared.wait_change(deadline - Instant::now());
+        }
+        let left = r.shared.live.load(Ordering::Acquire);
+        if left > 0 {
+            let t = self.opts.shutdown_timeout.as_secs_f64();
+            return Err(Error::run(
+                &self.file,
+                line,
+                format!("{left} threads did not stop within {t:.0} s"),
+            ));
+        }
+        for h in r.handles.drain(..) {
+            let _ = h.join();
+        }
+        Ok(())
+    }
+
+    fn stop_processes(&mut self, line: usize) -> Result<(), Error> {
+        let Some(r) = &self.running else {
+            return Ok(());
+        };
+        let started = r.line;
+        r.shared.stop.store(true, Ordering::Release);
+        let res = self.join(line);
+        let errors = self
+            .running
+            .as_ref()
+            .map(|r| r.shared.errors())
+            .unwrap_or_default();
+        self.running = None;
+        self.say("Shutting down processes");
+        res?;
+        if !errors.is_empty() {
+            return Err(self.err(started, format!("processes failed: {}", errors.join("; "))));
+        }
+        Ok(())
+    }
+}

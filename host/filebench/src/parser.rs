@@ -1,0 +1,506 @@
+//! Parser of the workload model language into [`Script`].
+//!
+//! Every construct the runner does not know is an error naming the file and
+//! the line; nothing is skipped silently.
+
+use crate::ast::*;
+use crate::error::ParseError;
+use crate::lexer::{tokenize, Tok, Token};
+
+/// Parses a workload; `file` names it in errors.
+pub fn parse(file: &str, src: &str) -> Result<Script, ParseError> {
+    let tokens = tokenize(file, src)?;
+    let mut p = Parser {
+        file,
+        toks: tokens,
+        pos: 0,
+    };
+    let mut stmts = Vec::new();
+    loop {
+        p.skip_newlines();
+        if p.at_end() {
+            break;
+        }
+        stmts.push(p.statement()?);
+    }
+    Ok(Script {
+        file: file.to_string(),
+        stmts,
+    })
+}
+
+struct Parser<'a> {
+    file: &'a str,
+    toks: Vec<Token>,
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn at_end(&self) -> bool {
+        self.pos >= self.toks.len()
+    }
+
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.pos).map(|t| &t.kind)
+    }
+
+    fn line(&self) -> usize {
+        self.toks
+            .get(self.pos)
+            .or_else(|| self.toks.last())
+            .map(|t| t.line)
+            .unwrap_or(1)
+    }
+
+    fn err(&self, line: usize, msg: impl Into<String>) -> ParseError {
+        ParseError::new(self.file, line, msg)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let t = self.toks.get(self.pos).cloned();
+        self.pos += 1;
+        t
+    }
+
+    fn skip_newlines(&mut self) {
+        while self.peek() == Some(&Tok::Newline) {
+            self.pos += 1;
+        }
+    }
+
+    fn word(&mut self, what: &str) -> Result<(String, usize), ParseError> {
+        let line = self.line();
+        match self.next() {
+            Some(Token {
+                kind: Tok::Word(w), ..
+            }) => Ok((w, line)),
+            Some(t) => Err(self.err(
+                t.line,
+                format!("expected {what}, found {}", t.kind.describe()),
+            )),
+            None => Err(self.err(line, format!("expected {what}, found end of file"))),
+        }
+    }
+
+    fn expect(&mut self, want: Tok) -> Result<(), ParseError> {
+        let line = self.line();
+        match self.next() {
+            Some(t) if t.kind == want => Ok(()),
+            Some(t) => Err(self.err(
+                t.line,
+                format!("expected {}, found {}", want.describe(), t.kind.describe()),
+            )),
+            None => Err(self.err(
+                line,
+                format!("expected {}, found end of file", want.describe()),
+            )),
+        }
+    }
+
+    fn end_of_statement(&mut self) -> Result<(), ParseError> {
+        match self.peek() {
+            None | Some(Tok::Newline) => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(t) => {
+                let d = t.describe();
+                Err(self.err(self.line(), format!("unexpected {d} after the statement")))
+            }
+        }
+    }
+
+    fn at_statement_end(&self) -> bool {
+        matches!(self.peek(), None | Some(Tok::Newline))
+    }
+
+    fn statement(&mut self) -> Result<Stmt, ParseError> {
+        let (kw, line) = self.word("a statement")?;
+        let kind = match kw.as_str() {
+            "set" => self.set(line)?,
+            "define" => self.define(line)?,
+            "eventgen" => {
+                let attrs = self.attrs(EVENTGEN_ATTRS, "eventgen")?;
+                if !attrs.has("rate") {
+                    return Err(self.err(line, "eventgen needs rate=…"));
+                }
+                StmtKind::Eventgen { attrs }
+            }
+            "run" => StmtKind::Run(self.optional_value()?),
+            "psrun" => self.psrun()?,
+            "create" => {
+                let (what, l) = self.word("files or processes")?;
+                match what.as_str() {
+                    "files" | "filesets" | "fileset" => StmtKind::Create(CreateWhat::Files),
+                    "processes" | "process" => StmtKind::Create(CreateWhat::Processes),
+                    other => {
+                        return Err(
+                            self.err(l, format!("cannot create '{other}' (files or processes)"))
+                        )
+                    }
+                }
+            }
+            "shutdown" => {
+                let (what, l) = self.word("processes")?;
+                if what != "processes" && what != "process" {
+                    return Err(self.err(l, format!("cannot shut down '{what}' (processes)")));
+                }
+                StmtKind::Shutdown
+            }
+            "sleep" => match self.optional_value()? {
+                Some(v) => StmtKind::Sleep(v),
+                None => return Err(self.err(line, "sleep needs a number of seconds")),
+            },
+            "stats" => {
+                let (what, l) = self.word("clear or snap")?;
+                match what.as_str() {
+                    "clear" => StmtKind::StatsClear,
+                    "snap" => StmtKind::StatsSnap,
+                    other => {
+                        return Err(self.err(
+                            l,
+                            format!("unsupported stats command '{other}' (clear, snap)"),
+                        ))
+                    }
+                }
+            }
+            "echo" => StmtKind::Echo(self.text(line, "echo")?),
+            "usage" => StmtKind::Usage(self.text(line, "usage")?),
+            "system" => StmtKind::System(self.text(line, "system")?),
+            "enable" => {
+                let (what, l) = self.word("lathist")?;
+                if what != "lathist" {
+                    return Err(self.err(l, format!("cannot enable '{what}' (lathist)")));
+                }
+                StmtKind::EnableLathist
+            }
+            "quit" => StmtKind::Quit,
+            "{" | "}" => return Err(self.err(line, format!("unexpected '{kw}'"))),
+            other => return Err(self.err(line, format!("unknown statement '{other}'"))),
+        };
+        if !matches!(kind, StmtKind::DefineProcess { .. }) {
+            self.end_of_statement()?;
+        }
+        Ok(Stmt { line, kind })
+    }
+
+    fn set(&mut self, line: usize) -> Result<StmtKind, ParseError> {
+        let (target, l) = self.word("$variable or mode")?;
+        if target == "mode" {
+            let (q, lq) = self.word("quit")?;
+            if q != "quit" {
+                return Err(self.err(lq, format!("unsupported mode '{q}' (set mode quit …)")));
+            }
+            let (m, lm) = self.word("timeout, alldone or firstdone")?;
+            let mode = match m.as_str() {
+                "timeout" => QuitMode::Timeout,
+                "alldone" => QuitMode::AllDone,
+                "firstdone" => QuitMode::FirstDone,
+                other => {
+                    return Err(self.err(
+                        lm,
+                        format!("unknown quit mode '{other}' (timeout, alldone, firstdone)"),
+                    ))
+                }
+            };
+            return Ok(StmtKind::SetMode(mode));
+        }
+        let Some(name) = target.strip_prefix('$') else {
+            return Err(self.err(l, format!("set needs a $variable, found '{target}'")));
+        };
+        check_var_name(self.file, l, name)?;
+        self.expect(Tok::Eq)?;
+        if self.at_statement_end() {
+            return Err(self.err(line, format!("set ${name} has no value")));
+        }
+        let value = self.value()?;
+        Ok(StmtKind::SetVar {
+            name: name.to_string(),
+            value,
+        })
+    }
+
+    fn define(&mut self, line: usize) -> Result<StmtKind, ParseError> {
+        let (what, l) = self.word("fileset, file or process")?;
+        match what.as_str() {
+            "fileset" | "file" => {
+                let attrs = self.attrs(FILESET_ATTRS, &format!("define {what}"))?;
+                for needed in ["name", "path"] {
+                    if !attrs.has(needed) {
+                        return Err(self.err(line, format!("define {what} needs {needed}=…")));
+                    }
+                }
+                Ok(StmtKind::DefineFileset {
+                    attrs,
+                    is_file: what == "file",
+                })
+            }
+            "process" => {
+                let attrs = self.attrs(PROCESS_ATTRS, "define process")?;
+                if !attrs.has("name") {
+                    return Err(self.err(line, "define process needs name=…"));
+                }
+                self.skip_newlines();
+                self.expect(Tok::LBrace)?;
+                let mut threads = Vec::new();
+                loop {
+                    self.skip_newlines();
+                    match self.peek() {
+                        Some(Tok::RBrace) => {
+                            self.pos += 1;
+                            break;
+                        }
+                        None => return Err(self.err(line, "define process: missing '}'")),
+                        _ => {}
+                    }
+                    let (kw, tl) = self.word("thread")?;
+                    if kw != "thread" {
+                        return Err(self.err(tl, format!("expected thread, found '{kw}'")));
+                    }
+                    threads.push(self.thread(tl)?);
+                }
+                if threads.is_empty() {
+                    return Err(self.err(line, "define process has no thread"));
+                }
+                self.end_of_statement()?;
+                Ok(StmtKind::DefineProcess { attrs, threads })
+            }
+            other => Err(self.err(
+                l,
+                format!("cannot define '{other}' (fileset, file, process)"),
+            )),
+        }
+    }
+
+    fn thread(&mut self, line: usize) -> Result<ThreadDef, ParseError> {
+        let attrs = self.attrs(THREAD_ATTRS, "thread")?;
+        if !attrs.has("name") {
+            return Err(self.err(line, "thread needs name=…"));
+        }
+        self.skip_newlines();
+        self.expect(Tok::LBrace)?;
+        let mut flowops = Vec::new();
+        loop {
+            self.skip_newlines();
+            match self.peek() {
+                Some(Tok::RBrace) => {
+                    self.pos += 1;
+                    break;
+                }
+                None => return Err(self.err(line, "thread: missing '}'")),
+                _ => {}
+            }
+            let (kw, fl) = self.word("flowop")?;
+            if kw != "flowop" {
+                return Err(self.err(fl, format!("expected flowop, found '{kw}'")));
+            }
+            let (kname, kl) = self.word("a flowop type")?;
+            let Some(kind) = FlowopKind::from_name(&kname) else {
+                return Err(self.err(kl, format!("unknown flowop '{kname}'")));
+            };
+            let mut allowed: Vec<&str> = vec!["name"];
+            allowed.extend_from_slice(kind.attrs());
+            let attrs = self.attrs(&allowed, &format!("flowop {kname}"))?;
+            if !attrs.has("name") {
+                return Err(self.err(fl, format!("flowop {kname} needs name=…")));
+            }
+            if !self.at_statement_end() && self.peek() != Some(&Tok::RBrace) {
+                let d = self.peek().map(|t| t.describe()).unwrap_or_default();
+                return Err(self.err(self.line(), format!("unexpected {d} after flowop {kname}")));
+            }
+            flowops.push(FlowopDef {
+                line: fl,
+                kind,
+                attrs,
+            });
+        }
+        if flowops.is_empty() {
+            return Err(self.err(line, "thread has no flowop"));
+        }
+        Ok(ThreadDef {
+            line,
+            attrs,
+            flowops,
+        })
+    }
+
+    /// `name[=value][, name[=value]]…` up to the end of the line or a `{`.
+    fn attrs(&mut self, allowed: &[&str], ctx: &str) -> Result<Attrs, ParseError> {
+        let mut out = Vec::new();
+        loop {
+            if self.at_statement_end()
+                || matches!(self.peek(), Some(Tok::LBrace) | Some(Tok::RBrace))
+            {
+                break;
+            }
+            let (name, line) = self.word("an attribute name")?;
+            if !allowed.contains(&name.as_str()) {
+                return Err(self.err(line, format!("{ctx}: unknown attribute '{name}'")));
+            }
+            let value = if self.peek() == Some(&Tok::Eq) {
+                self.pos += 1;
+                if self.at_statement_end() || self.peek() == Some(&Tok::Comma) {
+                    return Err(self.err(line, format!("{ctx}: attribute '{name}' has no value")));
+                }
+                Some(self.value()?)
+            } else {
+                None
+            };
+            out.push(Attr { name, value, line });
+            match self.peek() {
+                Some(Tok::Comma) => {
+                    self.pos += 1;
+                }
+                None | Some(Tok::Newline) | Some(Tok::LBrace) | Some(Tok::RBrace) => break,
+                Some(t) => {
+                    let d = t.describe();
+                    return Err(self.err(
+                        self.line(),
+                        format!("{ctx}: expected ',' or end of line, found {d}"),
+                    ));
+                }
+            }
+        }
+        Ok(Attrs(out))
+    }
+
+    fn value(&mut self) -> Result<Expr, ParseError> {
+        let line = self.line();
+        match self.next() {
+            Some(Token {
+                kind: Tok::Str(s), ..
+            }) => Ok(Expr::Str(s)),
+            Some(Token {
+                kind: Tok::Word(w), ..
+            }) => {
+                if w == "cvar" && self.peek() == Some(&Tok::LParen) {
+                    return self.cvar(line);
+                }
+                if let Some(v) = w.strip_prefix('$') {
+                    check_var_name(self.file, line, v)?;
+                    return Ok(Expr::Var(v.to_string()));
+                }
+                Ok(Expr::Word(w))
+            }
+            Some(t) => Err(self.err(
+                t.line,
+                format!("expected a value, found {}", t.kind.describe()),
+            )),
+            None => Err(self.err(line, "expected a value, found end of file")),
+        }
+    }
+
+    /// `cvar(type=cvar-gamma,parameters=mean:128k;gamma:1.5)`.
+    fn cvar(&mut self, line: usize) -> Result<Expr, ParseError> {
+        self.expect(Tok::LParen)?;
+        let mut kind = None;
+        let mut params = Vec::new();
+        loop {
+            let (key, kl) = self.word("type or parameters")?;
+            self.expect(Tok::Eq)?;
+            match key.as_str() {
+                "type" => {
+                    let (t, tl) = self.word("a cvar type")?;
+                    if t != "cvar-gamma" {
+                        return Err(
+                            self.err(tl, format!("unsupported cvar type '{t}' (cvar-gamma)"))
+                        );
+                    }
+                    kind = Some(t);
+                }
+                "parameters" => loop {
+                    let (p, pl) = self.word("name:value")?;
+                    let Some((k, v)) = p.split_once(':') else {
+                        return Err(self.err(pl, format!("cvar parameter '{p}' is not name:value")));
+                    };
+                    if !matches!(k, "mean" | "gamma") {
+                        return Err(self.err(
+                            pl,
+                            format!("unknown cvar-gamma parameter '{k}' (mean, gamma)"),
+                        ));
+                    }
+                    let v = match v.strip_prefix('$') {
+                        Some(var) => Expr::Var(var.to_string()),
+                        None => Expr::Word(v.to_string()),
+                    };
+                    params.push((k.to_string(), v));
+                    if self.peek() == Some(&Tok::Semi) {
+                        self.pos += 1;
+                    } else {
+                        break;
+                    }
+                },
+                "min" | "max" | "round" => {
+                    return Err(self.err(kl, format!("unsupported cvar attribute '{key}'")));
+                }
+                other => return Err(self.err(kl, format!("unknown cvar attribute '{other}'"))),
+            }
+            match self.next().map(|t| t.kind) {
+                Some(Tok::Comma) => continue,
+                Some(Tok::RParen) => break,
+                Some(t) => {
+                    return Err(self.err(
+                        line,
+                        format!("cvar: expected ',' or ')', found {}", t.describe()),
+                    ))
+                }
+                None => return Err(self.err(line, "cvar: missing ')'")),
+            }
+        }
+        let Some(kind) = kind else {
+            return Err(self.err(line, "cvar needs type=…"));
+        };
+        if !params.iter().any(|(k, _)| k == "mean") {
+            return Err(self.err(line, "cvar-gamma needs parameters=mean:…"));
+        }
+        Ok(Expr::Cvar { kind, params })
+    }
+
+    fn optional_value(&mut self) -> Result<Option<Expr>, ParseError> {
+        if self.at_statement_end() {
+            Ok(None)
+        } else {
+            Ok(Some(self.value()?))
+        }
+    }
+
+    fn psrun(&mut self) -> Result<StmtKind, ParseError> {
+        let mut interval = None;
+        let mut runtime = None;
+        while !self.at_statement_end() {
+            let v = self.value()?;
+            match &v {
+                Expr::Word(w) if w.starts_with('-') => {
+                    interval = Some(Expr::Word(w[1..].to_string()))
+                }
+                _ => runtime = Some(v),
+            }
+        }
+        Ok(StmtKind::Psrun { interval, runtime })
+    }
+
+    fn text(&mut self, line: usize, what: &str) -> Result<Expr, ParseError> {
+        match self.next() {
+            Some(Token {
+                kind: Tok::Str(s), ..
+            }) => Ok(Expr::Str(s)),
+            Some(Token {
+                kind: Tok::Word(w), ..
+            }) => Ok(Expr::Str(w)),
+            _ => Err(self.err(line, format!("{what} needs a quoted string"))),
+        }
+    }
+}
+
+fn check_var_name(file: &str, line: usize, name: &str) -> Result<(), ParseError> {
+    let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ParseError::new(
+            file,
+            line,
+            format!("bad variable name '${name}'"),
+        ))
+    }
+}

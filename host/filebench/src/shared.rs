@@ -1,0 +1,313 @@
+//! State the threads of a run share: the stop flag, why the run ended,
+//! semaphores, block/wakeup points, finish quotas and the event generator.
+//! Every wait here wakes up at least every [`TICK`] to look at the stop flag,
+//! so a run always ends within its run time plus a bounded shutdown.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The longest any wait sleeps before it looks at the stop flag again.
+pub const TICK: Duration = Duration::from_millis(20);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A semaphore between `sempost` and `semblock`.
+#[derive(Debug, Default)]
+pub struct Sem {
+    value: Mutex<i64>,
+    cv: Condvar,
+}
+
+impl Sem {
+    /// Takes `n` units, waiting for them; false when the run stopped first.
+    pub fn block(&self, n: i64, stop: &AtomicBool) -> bool {
+        let mut v = lock(&self.value);
+        while *v < n {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            v = self
+                .cv
+                .wait_timeout(v, TICK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *v -= n;
+        self.cv.notify_all();
+        true
+    }
+
+    /// Adds `n` units; with `highwater`, first waits until the value is below
+    /// it. False when the run stopped first.
+    pub fn post(&self, n: i64, highwater: Option<i64>, stop: &AtomicBool) -> bool {
+        let mut v = lock(&self.value);
+        if let Some(hw) = highwater {
+            while *v >= hw {
+                if stop.load(Ordering::Relaxed) {
+                    return false;
+                }
+                v = self
+                    .cv
+                    .wait_timeout(v, TICK)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        *v += n;
+        self.cv.notify_all();
+        true
+    }
+
+    pub fn value(&self) -> i64 {
+        *lock(&self.value)
+    }
+}
+
+/// A `block` flowop's wake-up point: `wakeup target=NAME` releases every
+/// thread blocked in NAME.
+#[derive(Debug, Default)]
+pub struct WakePoint {
+    generation: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl WakePoint {
+    pub fn block(&self, stop: &AtomicBool) -> bool {
+        let mut g = lock(&self.generation);
+        let start = *g;
+        while *g == start {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            g = self
+                .cv
+                .wait_timeout(g, TICK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    pub fn wake(&self) {
+        *lock(&self.generation) += 1;
+        self.cv.notify_all();
+    }
+}
+
+/// A finish quota (`finishoncount` / `finishonbytes` on a target flowop):
+/// the target claims its units before it runs, so exactly `limit` units are
+/// done over all threads.
+#[derive(Debug)]
+pub struct Quota {
+    pub limit: u64,
+    used: AtomicU64,
+}
+
+impl Quota {
+    pub fn new(limit: u64) -> Self {
+        Quota {
+            limit,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Claims up to `n` units; returns how many were granted (0: exhausted).
+    pub fn claim(&self, n: u64) -> u64 {
+        let mut cur = self.used.load(Ordering::Relaxed);
+        loop {
+            if cur >= self.limit {
+                return 0;
+            }
+            let grant = n.min(self.limit - cur);
+            match self.used.compare_exchange_weak(
+                cur,
+                cur + grant,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return grant,
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    pub fn exhausted(&self) -> bool {
+        self.used.load(Ordering::Relaxed) >= self.limit
+    }
+}
+
+/// `eventgen rate=N`: N events per second from the start of the run,
+/// consumed by `eventlimit` (1 each), `iopslimit`/`opslimit` (1 per
+/// operation) and `bwlimit` (1 per byte).
+#[derive(Debug)]
+pub struct EventGen {
+    rate: f64,
+    start: Mutex<Instant>,
+    consumed: Mutex<f64>,
+}
+
+impl EventGen {
+    pub fn new(rate: f64) -> Self {
+        EventGen {
+            rate,
+            start: Mutex::new(Instant::now()),
+            consumed: Mutex::new(0.0),
+        }
+    }
+
+    pub fn restart(&self) {
+        *lock(&self.start) = Instant::now();
+        *lock(&self.consumed) = 0.0;
+    }
+
+    /// Waits until `n` events are available and takes them.
+    pub fn consume(&self, n: f64, stop: &AtomicBool) -> bool {
+        if n <= 0.0 {
+            return true;
+        }
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            let start = *lock(&self.start);
+            let mut c = lock(&self.consumed);
+            let avail = start.elapsed().as_secs_f64() * self.rate - *c;
+            if avail >= n {
+                *c += n;
+                return true;
+            }
+            drop(c);
+            let wait = Duration::from_secs_f64(((n - avail) / self.rate).max(0.0001));
+            std::thread::sleep(wait.min(TICK));
+        }
+    }
+}
+
+/// Why a thread stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    /// The run's stop flag.
+    Stopped,
+    /// A finish quota was reached (Filebench's "done").
+    Done,
+    /// No file was left to pick (Filebench's "out of resources").
+    NoResource(String),
+    /// An operation failed.
+    Error(String),
+}
+
+/// Everything the threads of one run share.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub stop: AtomicBool,
+    pub go: Mutex<bool>,
+    pub go_cv: Condvar,
+    /// Threads still running.
+    pub live: AtomicUsize,
+    /// Threads that ended with `Done`.
+    pub done: AtomicUsize,
+    /// First reason that ends the whole run (out of resources, error).
+    pub abort: Mutex<Option<End>>,
+    pub errors: Mutex<Vec<String>>,
+    pub changed: Condvar,
+    pub changed_lock: Mutex<()>,
+    pub sems: HashMap<String, Arc<Sem>>,
+    pub wakepoints: HashMap<String, Arc<WakePoint>>,
+    pub events: Option<Arc<EventGen>>,
+}
+
+impl Shared {
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Blocks a new thread until the run starts; false if it was stopped.
+    pub fn wait_go(&self) -> bool {
+        let mut g = lock(&self.go);
+        while !*g {
+            if self.stopped() {
+                return false;
+            }
+            g = self
+                .go_cv
+                .wait_timeout(g, TICK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    pub fn start(&self) {
+        if let Some(ev) = &self.events {
+            ev.restart();
+        }
+        *lock(&self.go) = true;
+        self.go_cv.notify_all();
+    }
+
+    /// Records how a thread ended and wakes the run controller.
+    pub fn thread_ended(&self, end: &End) {
+        match end {
+            End::Done => {
+                self.done.fetch_add(1, Ordering::AcqRel);
+            }
+            End::NoResource(_) | End::Error(_) => {
+                if let End::Error(e) = end {
+                    lock(&self.errors).push(e.clone());
+                }
+                let mut a = lock(&self.abort);
+                if a.is_none() {
+                    *a = Some(end.clone());
+                }
+            }
+            End::Stopped => {}
+        }
+        self.live.fetch_sub(1, Ordering::AcqRel);
+        let _g = lock(&self.changed_lock);
+        self.changed.notify_all();
+    }
+
+    pub fn abort_reason(&self) -> Option<End> {
+        lock(&self.abort).clone()
+    }
+
+    pub fn errors(&self) -> Vec<String> {
+        lock(&self.errors).clone()
+    }
+
+    /// Sleeps until something changed or `d` passed.
+    pub fn wait_change(&self, d: Duration) {
+        let g = lock(&self.changed_lock);
+        let _ = self.changed.wait_timeout(g, d.min(TICK));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_grants_exactly_the_limit() {
+        let q = Quota::new(10);
+        assert_eq!(q.claim(4), 4);
+        assert_eq!(q.claim(4), 4);
+        assert_eq!(q.claim(4), 2);
+        assert_eq!(q.claim(1), 0);
+        assert!(q.exhausted());
+    }
+
+    #[test]
+    fn sem_block_gives_up_when_stopped() {
+        let s = Sem::default();
+        let stop = AtomicBool::new(true);
+        assert!(!s.block(1, &stop));
+        let go = AtomicBool::new(false);
+        assert!(s.post(2, None, &go));
+        assert!(s.block(2, &go));
+        assert_eq!(s.value(), 0);
+    }
+}

@@ -1,0 +1,211 @@
+//! Variables and values: numbers with k/m/g/t suffixes (powers of 1024, as in
+//! Filebench), booleans, strings, and the gamma-distributed `cvar`.
+
+use std::collections::BTreeMap;
+
+use crate::ast::Expr;
+use crate::lexer::ESCAPED_DOLLAR;
+use crate::rng::Rng;
+
+/// A resolved value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A word or string as written (numbers are parsed on use).
+    Text(String),
+    /// A gamma distribution: each draw is a new size.
+    Gamma { mean: f64, shape: f64 },
+}
+
+/// Parses `128k`, `1m`, `1.5g`, `4096`, `60`.
+pub fn parse_number(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (digits, mult) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1024.0),
+        'm' | 'M' => (&s[..s.len() - 1], 1024.0 * 1024.0),
+        'g' | 'G' => (&s[..s.len() - 1], 1024.0 * 1024.0 * 1024.0),
+        't' | 'T' => (&s[..s.len() - 1], 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        _ => (s, 1.0),
+    };
+    let v: f64 = digits.parse().ok()?;
+    if !v.is_finite() || v < 0.0 {
+        return None;
+    }
+    Some(v * mult)
+}
+
+/// Parses a boolean: `true`/`false`, `yes`/`no`, `on`/`off`, `1`/`0`.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "true" | "yes" | "on" | "1" => Some(true),
+        "false" | "no" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// The variable table. `-D` overrides are pinned: a later `set` of the same
+/// variable in the file does not change them.
+#[derive(Debug, Default, Clone)]
+pub struct Vars {
+    values: BTreeMap<String, Value>,
+    pinned: BTreeMap<String, Value>,
+}
+
+impl Vars {
+    /// Pins `name` to `value` (the `-D name=value` of the command line).
+    pub fn pin(&mut self, name: &str, value: &str) {
+        let name = name.trim_start_matches('$').to_string();
+        self.pinned.insert(name, Value::Text(value.to_string()));
+    }
+
+    /// `set $name=…` (ignored for a pinned variable).
+    pub fn set(&mut self, name: &str, value: Value) {
+        if !self.pinned.contains_key(name) {
+            self.values.insert(name.to_string(), value);
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.pinned.get(name).or_else(|| self.values.get(name))
+    }
+
+    /// All variables with their current values (pins win), for the JSON result.
+    pub fn all(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for (k, v) in self.values.iter().chain(self.pinned.iter()) {
+            let text = match v {
+                Value::Text(t) => t.clone(),
+                Value::Gamma { mean, shape } => format!("cvar-gamma(mean={mean},gamma={shape})"),
+            };
+            out.insert(k.clone(), text);
+        }
+        out
+    }
+
+    /// Resolves an expression; `Err` is a message for the caller to place.
+    pub fn eval(&self, e: &Expr) -> Result<Value, String> {
+        match e {
+            Expr::Word(w) => Ok(Value::Text(w.clone())),
+            Expr::Str(s) => Ok(Value::Text(self.interpolate(s)?)),
+            Expr::Var(v) => self
+                .get(v)
+                .cloned()
+                .ok_or_else(|| format!("variable ${v} is not set")),
+            Expr::Cvar { params, .. } => {
+                let mut mean = None;
+                let mut shape = 1.5;
+                for (k, v) in params {
+                    let n = self.number(v)?;
+                    match k.as_str() {
+                        "mean" => mean = Some(n),
+                        _ => shape = n,
+                    }
+                }
+                let mean = mean.ok_or("cvar-gamma needs mean")?;
+                if shape <= 0.0 {
+                    return Err(format!("cvar-gamma shape {shape} must be > 0"));
+                }
+                Ok(Value::Gamma { mean, shape })
+            }
+        }
+    }
+
+    /// The text of an expression (string, word or variable).
+    pub fn text(&self, e: &Expr) -> Result<String, String> {
+        match self.eval(e)? {
+            Value::Text(t) => Ok(t),
+            Value::Gamma { .. } => Err(format!(
+                "{e} is a random variable, a fixed value is needed here"
+            )),
+        }
+    }
+
+    pub fn number(&self, e: &Expr) -> Result<f64, String> {
+        let t = self.text(e)?;
+        parse_number(&t).ok_or_else(|| format!("'{t}' is not a number"))
+    }
+
+    pub fn int(&self, e: &Expr) -> Result<u64, String> {
+        Ok(self.number(e)?.round() as u64)
+    }
+
+    pub fn boolean(&self, e: &Expr) -> Result<bool, String> {
+        let t = self.text(e)?;
+        parse_bool(&t).ok_or_else(|| format!("'{t}' is not a boolean"))
+    }
+
+    /// Replaces `$name` (and `${name}`) in a quoted string.
+    pub fn interpolate(&self, s: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let chars: Vec<char> = s.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if c == '$' {
+                let braced = chars.get(i + 1) == Some(&'{');
+                let start = if braced { i + 2 } else { i + 1 };
+                let mut j = start;
+                while j < chars.len() && (chars[j].is_ascii_alphanumeric() || chars[j] == '_') {
+                    j += 1;
+                }
+                if j > start {
+                    let name: String = chars[start..j].iter().collect();
+                    match self.get(&name) {
+                        Some(Value::Text(t)) => out.push_str(t),
+                        Some(v @ Value::Gamma { .. }) => out.push_str(&format!("{v:?}")),
+                        None => return Err(format!("variable ${name} is not set")),
+                    }
+                    i = if braced && chars.get(j) == Some(&'}') {
+                        j + 1
+                    } else {
+                        j
+                    };
+                    continue;
+                }
+            }
+            out.push(if c == ESCAPED_DOLLAR { '$' } else { c });
+            i += 1;
+        }
+        Ok(out)
+    }
+}
+
+impl Value {
+    /// A size: fixed, or drawn from the gamma distribution.
+    pub fn draw(&self, rng: &mut Rng) -> Result<u64, String> {
+        match self {
+            Value::Text(t) => parse_number(t)
+                .map(|v| v.round() as u64)
+                .ok_or_else(|| format!("'{t}' is not a number")),
+            Value::Gamma { mean, shape } => Ok(rng.gamma(*shape, mean / shape).round() as u64),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_with_suffixes() {
+        assert_eq!(parse_number("4k"), Some(4096.0));
+        assert_eq!(parse_number("1m"), Some(1048576.0));
+        assert_eq!(parse_number("2g"), Some(2.0 * 1073741824.0));
+        assert_eq!(parse_number("1.5"), Some(1.5));
+        assert_eq!(parse_number("x"), None);
+        assert_eq!(parse_number("-1"), None);
+    }
+
+    #[test]
+    fn pins_win_over_set() {
+        let mut v = Vars::default();
+        v.pin("nfiles", "10");
+        v.set("nfiles", Value::Text("1000".into()));
+        v.set("dir", Value::Text("/tmp".into()));
+        assert_eq!(v.int(&Expr::Var("nfiles".into())), Ok(10));
+        assert_eq!(
+            v.interpolate("at $dir/${nfiles}x \u{1}y"),
+            Ok("at /tmp/10x $y".into())
+        );
+        assert!(v.eval(&Expr::Var("nope".into())).is_err());
+    }
+}

@@ -1,0 +1,422 @@
+//! Semantics on a host temporary directory, with exact expectations.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use xvfs_filebench::fileset::{Fileset, FilesetSpec};
+use xvfs_filebench::rng::Rng;
+use xvfs_filebench::value::{Value, Vars};
+use xvfs_filebench::{parse, Engine, Options};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xfb-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(dir: &Path, src: &str) -> (Engine, Result<(), xvfs_filebench::Error>) {
+    let script = parse("t.f", src).unwrap();
+    let mut vars = Vars::default();
+    vars.pin("dir", &dir.display().to_string());
+    let mut e = Engine::new(
+        "t.f",
+        vars,
+        Options {
+            shutdown_timeout: Duration::from_secs(5),
+            ..Options::default()
+        },
+    );
+    let r = e.execute(&script);
+    (e, r)
+}
+
+fn count_files(dir: &Path) -> (usize, u64) {
+    let mut n = 0;
+    let mut bytes = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                n += 1;
+                bytes += m.len();
+            }
+        }
+    }
+    (n, bytes)
+}
+
+fn flowop_ops(e: &Engine, name: &str) -> u64 {
+    e.runs
+        .last()
+        .unwrap()
+        .flowops
+        .iter()
+        .find(|f| f.name == name)
+        .map(|f| f.ops)
+        .unwrap()
+}
+
+#[test]
+fn createfiles_with_finishoncount_leaves_exactly_that_many() {
+    let d = tmpdir("create");
+    let (e, r) = run(
+        &d,
+        "set mode quit alldone
+define fileset name=bigfileset,path=$dir,size=4k,entries=1000,dirwidth=20
+define process name=filecreate,instances=1
+{
+  thread name=filecreatethread,memsize=1m,instances=4
+  {
+    flowop createfile name=createfile1,filesetname=bigfileset,fd=1
+    flowop writewholefile name=writefile1,fd=1,iosize=4k
+    flowop closefile name=closefile1,fd=1
+    flowop finishoncount name=finish,value=137
+  }
+}
+run 30
+",
+    );
+    r.unwrap();
+    assert_eq!(count_files(&d.join("bigfileset")), (137, 137 * 4096));
+    assert_eq!(flowop_ops(&e, "createfile1"), 137);
+    assert_eq!(flowop_ops(&e, "writefile1"), 137);
+    assert_eq!(e.runs[0].end, "alldone");
+    assert!(e.runs[0].elapsed_s < 10.0);
+}
+
+#[test]
+fn fileset_sizes_and_widths_have_the_requested_means() {
+    // Sizes: gamma draws (cvar, or fixed size with filesizegamma) within 5 %.
+    // Widths: fixed (dirgamma=0) exactly, gamma-drawn (500 directories, so a
+    // standard error of ~3.6 %) within 10 %.
+    for (size, filesizegamma, dirgamma, width_tol) in [
+        (
+            Value::Gamma {
+                mean: 16384.0,
+                shape: 1.5,
+            },
+            0.0,
+            0.0,
+            0.01,
+        ),
+        (Value::Text("16k".into()), 1.5, 0.0, 0.01),
+        (
+            Value::Gamma {
+                mean: 16384.0,
+                shape: 1.5,
+            },
+            0.0,
+            1.5,
+            0.10,
+        ),
+    ] {
+        let spec = FilesetSpec {
+            name: "fs".into(),
+            path: "/nonexistent".into(),
+            is_file: false,
+            size,
+            entries: 10_000,
+            dirwidth: 20.0,
+            dirgamma,
+            filesizegamma,
+            prealloc: Some(80.0),
+            reuse: false,
+            paralloc: false,
+            readonly: false,
+            trusttree: false,
+            leafdirs: 0,
+        };
+        let fs = Fileset::layout(spec, &mut Rng::new(42)).unwrap();
+        let st = fs.stats();
+        assert_eq!(st.files, 10_000);
+        let mean = st.bytes as f64 / st.files as f64;
+        assert!((mean - 16384.0).abs() / 16384.0 < 0.05, "mean size {mean}");
+        assert!(
+            (st.mean_width - 20.0).abs() / 20.0 < width_tol,
+            "mean width {}",
+            st.mean_width
+        );
+        assert_eq!(fs.existing_files(), 8000);
+    }
+}
+
+#[test]
+fn prealloc_percentage_is_on_disk() {
+    let d = tmpdir("prealloc");
+    let (e, r) = run(
+        &d,
+        "define fileset name=fs,path=$dir,size=2k,entries=500,dirwidth=10,dirgamma=0,prealloc=60,paralloc
+create files
+",
+    );
+    r.unwrap();
+    assert_eq!(count_files(&d.join("fs")), (300, 300 * 2048));
+    let st = e.fileset("fs").unwrap().stats();
+    assert!((st.mean_width - 10.0).abs() < 0.5, "{}", st.mean_width);
+}
+
+#[test]
+fn eventlimit_holds_the_rate() {
+    let d = tmpdir("event");
+    let (e, r) = run(
+        &d,
+        "eventgen rate=200
+define file name=f,path=$dir,size=4k,prealloc
+define process name=p
+{
+  thread name=t,instances=2
+  {
+    flowop eventlimit name=limit
+    flowop statfile name=stat1,filename=f
+  }
+}
+run 2
+",
+    );
+    r.unwrap();
+    let rate = e.runs[0]
+        .flowops
+        .iter()
+        .find(|f| f.name == "stat1")
+        .unwrap()
+        .ops_per_s;
+    assert!((rate - 200.0).abs() / 200.0 < 0.10, "rate {rate}");
+}
+
+#[test]
+fn semblock_and_sempost_hand_off_without_deadlock() {
+    let d = tmpdir("sem");
+    let t0 = Instant::now();
+    let (e, r) = run(
+        &d,
+        "define file name=f,path=$dir,size=4k,prealloc
+define process name=producer
+{
+  thread name=prod
+  {
+    flowop sempost name=post1,target=sem1,value=1,highwater=4,blocking
+    flowop statfile name=pstat,filename=f
+  }
+}
+define process name=consumer
+{
+  thread name=cons,instances=2
+  {
+    flowop semblock name=sem1,value=1
+    flowop statfile name=cstat,filename=f
+  }
+}
+run 1
+",
+    );
+    r.unwrap();
+    let posted = flowop_ops(&e, "post1");
+    let taken = flowop_ops(&e, "sem1");
+    assert!(taken > 100, "only {taken} hand-offs");
+    assert!(
+        taken <= posted && posted <= taken + 4 + 2,
+        "posted {posted}, taken {taken}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_run_blocked_forever_still_ends() {
+    let d = tmpdir("block");
+    let t0 = Instant::now();
+    let (e, r) = run(
+        &d,
+        "define process name=p
+{
+  thread name=t,instances=3
+  {
+    flowop semblock name=never,value=1
+    flowop block name=b
+  }
+}
+run 1
+",
+    );
+    r.unwrap();
+    assert_eq!(e.runs[0].summary.ops, 0);
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn write_and_read_bytes_match_the_files() {
+    let d = tmpdir("rw");
+    let (e, r) = run(
+        &d,
+        "set mode quit alldone
+define file name=wfile,path=$dir,size=0,prealloc
+define process name=p
+{
+  thread name=t
+  {
+    flowop write name=seqwrite,filename=wfile,iosize=4k
+    flowop finishonbytes name=fin,target=seqwrite,value=1m
+  }
+}
+run 30
+",
+    );
+    r.unwrap();
+    assert_eq!(std::fs::metadata(d.join("wfile")).unwrap().len(), 1 << 20);
+    assert_eq!(e.runs[0].summary.bytes, 1 << 20);
+    assert_eq!(flowop_ops(&e, "seqwrite"), 256);
+
+    let (e, r) = run(
+        &d,
+        "set mode quit alldone
+define file name=rfile,path=$dir,size=1m,prealloc
+define process name=p
+{
+  thread name=t
+  {
+    flowop read name=seqread,filename=rfile,iosize=64k
+    flowop finishonbytes name=fin,target=seqread,value=3m
+  }
+}
+run 30
+",
+    );
+    r.unwrap();
+    assert_eq!(e.runs[0].summary.bytes, 3 << 20);
+    assert_eq!(flowop_ops(&e, "seqread"), 48);
+    assert_eq!(
+        e.runs[0].summary.rd_per_s * e.runs[0].elapsed_s,
+        48.0_f64.max(e.runs[0].summary.rd_per_s * e.runs[0].elapsed_s)
+    );
+
+    // Random writes stay inside the file; appends grow it by exactly what was written.
+    let (e, r) = run(
+        &d,
+        "set mode quit alldone
+define file name=afile,path=$dir,size=64k,prealloc
+define process name=p
+{
+  thread name=t
+  {
+    flowop openfile name=open1,filename=afile,fd=1
+    flowop write name=rndwrite,fd=1,iosize=4k,random
+    flowop appendfile name=append1,fd=1,iosize=1k
+    flowop closefile name=close1,fd=1
+    flowop finishoncount name=fin,value=10
+  }
+}
+run 30
+",
+    );
+    r.unwrap();
+    assert_eq!(flowop_ops(&e, "append1"), 10);
+    assert_eq!(
+        std::fs::metadata(d.join("afile")).unwrap().len(),
+        65536 + 10 * 1024
+    );
+    let wr: u64 = e.runs[0]
+        .flowops
+        .iter()
+        .filter(|f| f.name != "open1" && f.name != "close1")
+        .map(|f| f.bytes)
+        .sum();
+    assert_eq!(wr, 10 * 4096 + 10 * 1024);
+}
+
+#[test]
+fn deleting_every_file_ends_out_of_resources() {
+    let d = tmpdir("del");
+    let (e, r) = run(
+        &d,
+        "define fileset name=fs,path=$dir,size=1k,entries=50,dirwidth=5,prealloc
+define process name=p
+{
+  thread name=t,instances=4
+  {
+    flowop deletefile name=del1,filesetname=fs
+  }
+}
+run 30
+",
+    );
+    r.unwrap();
+    assert_eq!(flowop_ops(&e, "del1"), 50);
+    assert_eq!(count_files(&d.join("fs")).0, 0);
+    assert!(
+        e.runs[0].end.starts_with("out of resources"),
+        "{}",
+        e.runs[0].end
+    );
+}
+
+#[test]
+fn runtime_errors_name_file_and_line() {
+    let d = tmpdir("err");
+    let (_, r) = run(
+        &d,
+        "define process name=p
+{
+  thread name=t
+  {
+    flowop closefile name=c1,fd=3
+  }
+}
+run 1
+",
+    );
+    assert_eq!(
+        r.unwrap_err().to_string(),
+        "t.f:8: the run failed: t.f:5: flowop c1 (closefile): closefile: fd 3 is not open"
+    );
+    let (_, r) = run(&d, "define process name=p\n{\n thread name=t\n {\n  flowop read name=r1,filesetname=nope\n }\n}\nrun 1\n");
+    assert_eq!(
+        r.unwrap_err().to_string(),
+        "t.f:5: flowop r1: no fileset or file named nope"
+    );
+    let (_, r) = run(
+        &d,
+        "define process name=p\n{\n thread name=t\n {\n  flowop eventlimit name=e1\n }\n}\nrun 1\n",
+    );
+    assert_eq!(
+        r.unwrap_err().to_string(),
+        "t.f:5: flowop e1: eventlimit needs an 'eventgen rate=…' above 0"
+    );
+    let (_, r) = run(&d, "set $x=$undefined\n");
+    assert_eq!(
+        r.unwrap_err().to_string(),
+        "t.f:1: variable $undefined is not set"
+    );
+}
+
+#[test]
+fn create_processes_sleep_and_snap() {
+    let d = tmpdir("snap");
+    let (e, r) = run(
+        &d,
+        "define file name=f,path=$dir,size=4k,prealloc
+define process name=p
+{
+  thread name=t
+  {
+    flowop statfile name=s1,filename=f
+    flowop delay name=d1,value=0.01
+  }
+}
+create files
+create processes
+stats clear
+sleep 0.5
+stats snap
+shutdown processes
+",
+    );
+    r.unwrap();
+    assert_eq!(e.runs.len(), 1);
+    let ops = flowop_ops(&e, "s1");
+    assert!((20..=60).contains(&ops), "{ops}");
+    assert!(e.transcript.iter().any(|l| l.contains("IO Summary:")));
+}

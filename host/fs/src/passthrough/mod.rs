@@ -1,0 +1,1103 @@
+//! A file system that passes every operation through to a host directory.
+//!
+//! # Confinement
+//!
+//! The guest is hostile. Nothing it sends can reach outside `root_dir`:
+//!
+//! - every inode is held as an `O_PATH | O_NOFOLLOW` descriptor, and a name is
+//!   only ever resolved as a single component, relative to its parent's
+//!   descriptor (`*at()` calls), so there is no path walk to redirect;
+//! - names with `/` or NUL, empty names, `.` and `..` are refused by the
+//!   [`server`](crate::server) (LOOKUP of `..` at the root gives the root);
+//! - symlinks are never followed: lookups use `O_NOFOLLOW`, attributes are read
+//!   with `AT_SYMLINK_NOFOLLOW`, and only regular files and directories are ever
+//!   re-opened through `/proc/self/fd` (re-opening a symlink's `O_PATH`
+//!   descriptor there would follow it); READLINK returns the text only;
+//! - only regular files and directories are ever opened for I/O, so device
+//!   nodes a guest may create never reach a host driver through this daemon;
+//! - renames and links are descriptor-relative, so concurrent renames cannot
+//!   move an operation outside the tree.
+//!
+//! No path is opened by absolute name after [`PassthroughFs::new`], which opens
+//! `root_dir` and `/proc/self/fd` before the daemon enters its sandbox.
+//!
+//! # Credentials and modes
+//!
+//! See [`creds`]: creation runs under the caller's fs uid/gid when the process
+//! is root. FUSE_DONT_MASK is not negotiated, so the guest kernel has already
+//! applied the caller's umask to every mode; [`PassthroughFs::new`] therefore
+//! sets the process umask to 0 so the host does not mask a second time.
+
+mod creds;
+pub mod state;
+mod table;
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use self::creds::CredGuard;
+use self::state::{FsSnapshot, FsState, HandleState, InodeState, SessionState, STATE_VERSION};
+use self::table::{lock, Handle, HandleTable, Inode, InodeTable, RestoredInode};
+use crate::abi::{flags as fflags, fopen, init_flags, ROOT_ID};
+use crate::sys::{self, Stat};
+
+/// How much the guest may cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Nothing: entry/attr timeouts 0, file I/O with FOPEN_DIRECT_IO.
+    Never,
+    /// Metadata for a day, data not at all (FOPEN_DIRECT_IO).
+    Metadata,
+    /// Metadata for 1 s; data cached while unchanged (close-to-open).
+    #[default]
+    Auto,
+    /// Everything for a day; page cache kept across opens (FOPEN_KEEP_CACHE).
+    Always,
+}
+
+impl CachePolicy {
+    /// Entry and attribute timeout.
+    pub fn timeout(self) -> Duration {
+        match self {
+            CachePolicy::Never => Duration::ZERO,
+            CachePolicy::Auto => Duration::from_secs(1),
+            CachePolicy::Metadata | CachePolicy::Always => Duration::from_secs(86400),
+        }
+    }
+}
+
+/// Configuration of a [`PassthroughFs`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The shared directory.
+    pub root_dir: PathBuf,
+    /// Cache policy.
+    pub cache: CachePolicy,
+    /// Serve extended attributes (else the xattr requests get ENOSYS).
+    pub xattr: bool,
+    /// Refuse every change with EROFS.
+    pub readonly: bool,
+    /// Offer FUSE_WRITEBACK_CACHE.
+    pub writeback: bool,
+    /// Honour O_DIRECT from the guest (else it is dropped).
+    pub allow_direct_io: bool,
+    /// Offer READDIRPLUS.
+    pub readdirplus: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root_dir: PathBuf::from("/"),
+            cache: CachePolicy::Auto,
+            xattr: false,
+            readonly: false,
+            writeback: false,
+            allow_direct_io: true,
+            readdirplus: true,
+        }
+    }
+}
+
+/// Errors of construction and restore.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The shared directory could not be opened.
+    #[error("cannot open the shared directory {path:?}")]
+    OpenRoot {
+        /// The configured path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// `/proc/self/fd` could not be opened.
+    #[error("cannot open /proc/self/fd")]
+    OpenProc(#[source] io::Error),
+    /// The shared directory could not be examined.
+    #[error("cannot stat the shared directory")]
+    StatRoot(#[source] io::Error),
+    /// A restored state is inconsistent or does not match its descriptors.
+    #[error("invalid saved state: {0}")]
+    InvalidState(String),
+}
+
+/// An entry handed to the guest: a node id and the file's attributes.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// Node id (0 never; [`ROOT_ID`] for the root).
+    pub inode: u64,
+    /// Generation of the node id.
+    pub generation: u64,
+    /// Host attributes.
+    pub attr: Stat,
+}
+
+/// A directory entry as read from the host.
+#[derive(Debug, Clone, Copy)]
+pub struct DirEntry<'a> {
+    /// Host inode number.
+    pub ino: u64,
+    /// Offset of the next entry.
+    pub off: u64,
+    /// `d_type`.
+    pub typ: u32,
+    /// Name, without NUL.
+    pub name: &'a [u8],
+}
+
+/// Result of GETXATTR or LISTXATTR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XattrReply {
+    /// The size of the value (the guest asked with size 0).
+    Size(u32),
+    /// The value.
+    Value(Vec<u8>),
+}
+
+/// Caller identity from the request header.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ctx {
+    /// uid of the calling guest process.
+    pub uid: u32,
+    /// gid of the calling guest process.
+    pub gid: u32,
+    /// pid of the calling guest process.
+    pub pid: u32,
+}
+
+/// Largest xattr value or list handled (Linux XATTR_SIZE_MAX / XATTR_LIST_MAX).
+const XATTR_MAX: usize = 65536;
+/// Largest amount COPY_FILE_RANGE copies in one request (the reply is 32-bit).
+const COPY_MAX: u64 = 1 << 30;
+
+fn err(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno)
+}
+
+/// The passthrough file system. `Send + Sync`: all state is behind sharded
+/// locks or atomics.
+#[derive(Debug)]
+pub struct PassthroughFs {
+    cfg: Config,
+    proc_self_fd: OwnedFd,
+    inodes: InodeTable,
+    handles: HandleTable,
+    /// Negotiated minor version; 0 until INIT.
+    session_minor: AtomicU32,
+    session_flags: AtomicU64,
+    switch_creds: bool,
+}
+
+impl PassthroughFs {
+    /// Opens `cfg.root_dir` and `/proc/self/fd`, and sets the process umask to
+    /// 0 (see the module documentation). Call before entering a sandbox.
+    pub fn new(cfg: Config) -> Result<Self, Error> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let open_path_dir = |p: &std::path::Path| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(p)
+                .map(OwnedFd::from)
+        };
+        let root = open_path_dir(&cfg.root_dir).map_err(|source| Error::OpenRoot {
+            path: cfg.root_dir.clone(),
+            source,
+        })?;
+        let proc_self_fd =
+            open_path_dir(std::path::Path::new("/proc/self/fd")).map_err(Error::OpenProc)?;
+        let st = sys::stat_fd(root.as_fd()).map_err(Error::StatRoot)?;
+        sys::umask(0);
+        Ok(PassthroughFs {
+            switch_creds: sys::geteuid() == 0,
+            cfg,
+            proc_self_fd,
+            inodes: InodeTable::new(root, (st.st_dev, st.st_ino)),
+            handles: HandleTable::default(),
+            session_minor: AtomicU32::new(0),
+            session_flags: AtomicU64::new(0),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Number of inodes known to the guest, the root included.
+    pub fn inode_count(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// Number of open handles.
+    pub fn handle_count(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Lookup count of node `id` (None if unknown).
+    pub fn lookup_count(&self, id: u64) -> Option<u64> {
+        self.inodes.get(id).map(|i| i.refs())
+    }
+
+    // ----- session -----
+
+    /// The negotiated session, if INIT was done.
+    pub fn session(&self) -> Option<SessionState> {
+        match self.session_minor.load(Ordering::Acquire) {
+            0 => None,
+            minor => Some(SessionState {
+                minor,
+                flags: self.session_flags.load(Ordering::Relaxed),
+            }),
+        }
+    }
+
+    /// Starts a session after INIT; forgets everything of an earlier one.
+    pub(crate) fn start_session(&self, s: SessionState) {
+        self.end_session();
+        self.session_flags.store(s.flags, Ordering::Relaxed);
+        self.session_minor.store(s.minor.max(1), Ordering::Release);
+    }
+
+    /// Ends the session (DESTROY or a new INIT): drops every inode but the root
+    /// and closes every handle.
+    pub(crate) fn end_session(&self) {
+        self.session_minor.store(0, Ordering::Release);
+        self.session_flags.store(0, Ordering::Relaxed);
+        self.handles.clear();
+        self.inodes.clear();
+    }
+
+    fn negotiated(&self, flag: u64) -> bool {
+        self.session_flags.load(Ordering::Relaxed) & flag != 0
+    }
+
+    // ----- helpers -----
+
+    fn inode(&self, id: u64) -> io::Result<Arc<Inode>> {
+        self.inodes.get(id).ok_or_else(|| err(libc::EBADF))
+    }
+
+    pub(crate) fn handle(&self, fh: u64) -> io::Result<Arc<Handle>> {
+        self.handles.get(fh).ok_or_else(|| err(libc::EBADF))
+    }
+
+    fn writable(&self) -> io::Result<()> {
+        if self.cfg.readonly {
+            Err(err(libc::EROFS))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn creds(&self, ctx: Ctx) -> io::Result<CredGuard> {
+        CredGuard::switch(self.switch_creds, ctx.uid, ctx.gid)
+    }
+
+    /// Re-opens a regular file or directory through `/proc/self/fd`. Never for
+    /// anything else: a symlink would be followed, a device would be opened.
+    fn reopen(&self, inode: &Inode, flags: i32) -> io::Result<OwnedFd> {
+        if !inode.is_reg() && !inode.is_dir() {
+            return Err(err(libc::ENXIO));
+        }
+        let name = sys::fd_name(inode.fd().as_raw_fd());
+        sys::openat(
+            self.proc_self_fd.as_fd(),
+            &name,
+            flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL),
+            0,
+        )
+    }
+
+    fn do_lookup(&self, parent: &Inode, name: &CStr) -> io::Result<Entry> {
+        let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        self.insert_fd(fd)
+    }
+
+    /// Registers the `O_PATH` descriptor `fd` (one lookup).
+    fn insert_fd(&self, fd: OwnedFd) -> io::Result<Entry> {
+        let st = sys::stat_fd(fd.as_fd())?;
+        let inode =
+            self.inodes
+                .lookup_or_insert(fd, (st.st_dev, st.st_ino), st.st_mode & libc::S_IFMT);
+        Ok(Entry {
+            inode: inode.id,
+            generation: inode.generation,
+            attr: st,
+        })
+    }
+
+    /// Registers the inode behind an open regular file (CREATE, TMPFILE).
+    fn insert_open_file(&self, file: &OwnedFd) -> io::Result<Entry> {
+        let name = sys::fd_name(file.as_raw_fd());
+        let path = sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0)?;
+        self.insert_fd(path)
+    }
+
+    /// Sanitizes guest open flags.
+    fn open_flags(&self, guest: u32) -> i32 {
+        let guest = guest as i32;
+        let keep = libc::O_ACCMODE
+            | libc::O_APPEND
+            | libc::O_DIRECT
+            | libc::O_SYNC
+            | libc::O_DSYNC
+            | libc::O_NOATIME
+            | libc::O_TRUNC
+            | libc::O_NONBLOCK
+            | libc::O_LARGEFILE;
+        let mut f = guest & keep;
+        if self.negotiated(init_flags::WRITEBACK_CACHE) {
+            // The guest kernel reads pages in to merge partial writes and does
+            // O_APPEND itself.
+            if f & libc::O_ACCMODE == libc::O_WRONLY {
+                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+            f &= !libc::O_APPEND;
+        }
+        if !self.cfg.allow_direct_io {
+            f &= !libc::O_DIRECT;
+        }
+        f
+    }
+
+    fn check_open_writable(&self, flags: i32) -> io::Result<()> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            self.writable()?;
+        }
+        Ok(())
+    }
+
+    fn file_open_flags(&self) -> u32 {
+        match self.cfg.cache {
+            CachePolicy::Never | CachePolicy::Metadata => fopen::DIRECT_IO,
+            CachePolicy::Auto => 0,
+            CachePolicy::Always => fopen::KEEP_CACHE,
+        }
+    }
+
+    fn dir_open_flags(&self) -> u32 {
+        match self.cfg.cache {
+            CachePolicy::Always => fopen::KEEP_CACHE | fopen::CACHE_DIR,
+            _ => 0,
+        }
+    }
+
+    // ----- operations (called by the server) -----
+
+    pub(crate) fn lookup(&self, parent: u64, name: &CStr) -> io::Result<Entry> {
+        let p = self.inode(parent)?;
+        if !p.is_dir() {
+            return Err(err(libc::ENOTDIR));
+        }
+        if parent == ROOT_ID && name.to_bytes() == b".." {
+            return self.do_lookup(&p, c".");
+        }
+        self.do_lookup(&p, name)
+    }
+
+    pub(crate) fn forget(&self, id: u64, n: u64) {
+        self.inodes.forget(id, n);
+    }
+
+    pub(crate) fn getattr(&self, id: u64) -> io::Result<Stat> {
+        sys::stat_fd(self.inode(id)?.fd())
+    }
+
+    pub(crate) fn setattr(&self, id: u64, a: &crate::abi::SetattrIn) -> io::Result<Stat> {
+        use crate::abi::fattr;
+        self.writable()?;
+        let inode = self.inode(id)?;
+        let handle = if a.valid & fattr::FH != 0 {
+            self.handles.get(a.fh).filter(|h| h.inode == id)
+        } else {
+            None
+        };
+        if a.valid & fattr::MODE != 0 {
+            if inode.file_type == libc::S_IFLNK {
+                return Err(err(libc::EOPNOTSUPP));
+            }
+            let name = sys::fd_name(inode.fd().as_raw_fd());
+            sys::fchmodat(self.proc_self_fd.as_fd(), &name, a.mode & 0o7777)?;
+        }
+        if a.valid & (fattr::UID | fattr::GID) != 0 {
+            let uid = if a.valid & fattr::UID != 0 {
+                a.uid
+            } else {
+                u32::MAX
+            };
+            let gid = if a.valid & fattr::GID != 0 {
+                a.gid
+            } else {
+                u32::MAX
+            };
+            sys::fchownat(
+                inode.fd(),
+                c"",
+                uid,
+                gid,
+                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            )?;
+        }
+        if a.valid & fattr::SIZE != 0 {
+            if inode.is_dir() {
+                return Err(err(libc::EISDIR));
+            }
+            if !inode.is_reg() {
+                return Err(err(libc::EINVAL));
+            }
+            match handle.filter(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY) {
+                Some(h) => sys::ftruncate(h.fd(), a.size)?,
+                None => sys::ftruncate(self.reopen(&inode, libc::O_WRONLY)?.as_fd(), a.size)?,
+            }
+        }
+        let times = fattr::ATIME | fattr::MTIME | fattr::ATIME_NOW | fattr::MTIME_NOW;
+        if a.valid & times != 0 {
+            let ts = |set: u32, now: u32, sec: u64, nsec: u32| -> io::Result<libc::timespec> {
+                if a.valid & now != 0 {
+                    Ok(libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: libc::UTIME_NOW,
+                    })
+                } else if a.valid & set != 0 {
+                    if nsec >= 1_000_000_000 {
+                        return Err(err(libc::EINVAL));
+                    }
+                    Ok(libc::timespec {
+                        tv_sec: sec as i64,
+                        tv_nsec: nsec.into(),
+                    })
+                } else {
+                    Ok(libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: libc::UTIME_OMIT,
+                    })
+                }
+            };
+            let t = [
+                ts(fattr::ATIME, fattr::ATIME_NOW, a.atime, a.atimensec)?,
+                ts(fattr::MTIME, fattr::MTIME_NOW, a.mtime, a.mtimensec)?,
+            ];
+            sys::utimensat(
+                inode.fd(),
+                c"",
+                &t,
+                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            )?;
+        }
+        sys::stat_fd(inode.fd())
+    }
+
+    pub(crate) fn readlink(&self, id: u64) -> io::Result<Vec<u8>> {
+        let inode = self.inode(id)?;
+        if inode.file_type != libc::S_IFLNK {
+            return Err(err(libc::EINVAL));
+        }
+        sys::readlink_fd(inode.fd())
+    }
+
+    fn dir(&self, id: u64) -> io::Result<Arc<Inode>> {
+        let p = self.inode(id)?;
+        if p.is_dir() {
+            Ok(p)
+        } else {
+            Err(err(libc::ENOTDIR))
+        }
+    }
+
+    pub(crate) fn symlink(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &CStr,
+        target: &CStr,
+    ) -> io::Result<Entry> {
+        self.writable()?;
+        let p = self.dir(parent)?;
+        {
+            let _c = self.creds(ctx)?;
+            sys::symlinkat(target, p.fd(), name)?;
+        }
+        self.do_lookup(&p, name)
+    }
+
+    pub(crate) fn mknod(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+    ) -> io::Result<Entry> {
+        self.writable()?;
+        let p = self.dir(parent)?;
+        let kind = mode & libc::S_IFMT;
+        let kind = if kind == 0 { libc::S_IFREG } else { kind };
+        if ![
+            libc::S_IFREG,
+            libc::S_IFIFO,
+            libc::S_IFSOCK,
+            libc::S_IFCHR,
+            libc::S_IFBLK,
+        ]
+        .contains(&kind)
+        {
+            return Err(err(libc::EINVAL));
+        }
+        // The kernel sends new_encode_dev() format.
+        let major = (rdev & 0xfff00) >> 8;
+        let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
+        {
+            let _c = self.creds(ctx)?;
+            sys::mknodat(
+                p.fd(),
+                name,
+                kind | (mode & 0o7777),
+                sys::makedev(major, minor),
+            )?;
+        }
+        self.do_lookup(&p, name)
+    }
+
+    pub(crate) fn mkdir(&self, ctx: Ctx, parent: u64, name: &CStr, mode: u32) -> io::Result<Entry> {
+        self.writable()?;
+        let p = self.dir(parent)?;
+        {
+            let _c = self.creds(ctx)?;
+            sys::mkdirat(p.fd(), name, mode & 0o7777)?;
+        }
+        self.do_lookup(&p, name)
+    }
+
+    pub(crate) fn unlink(&self, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
+        self.writable()?;
+        let p = self.dir(parent)?;
+        sys::unlinkat(p.fd(), name, if dir { libc::AT_REMOVEDIR } else { 0 })
+    }
+
+    pub(crate) fn rename(
+        &self,
+        olddir: u64,
+        oldname: &CStr,
+        newdir: u64,
+        newname: &CStr,
+        flags: u32,
+    ) -> io::Result<()> {
+        self.writable()?;
+        if flags & !(fflags::RENAME_NOREPLACE | fflags::RENAME_EXCHANGE) != 0
+            || flags == fflags::RENAME_NOREPLACE | fflags::RENAME_EXCHANGE
+        {
+            return Err(err(libc::EINVAL));
+        }
+        let o = self.dir(olddir)?;
+        let n = self.dir(newdir)?;
+        sys::renameat2(o.fd(), oldname, n.fd(), newname, flags)
+    }
+
+    pub(crate) fn link(&self, id: u64, newparent: u64, newname: &CStr) -> io::Result<Entry> {
+        self.writable()?;
+        let inode = self.inode(id)?;
+        if inode.is_dir() {
+            return Err(err(libc::EPERM));
+        }
+        let p = self.dir(newparent)?;
+        let res = sys::linkat(inode.fd(), c"", p.fd(), newname, libc::AT_EMPTY_PATH);
+        match res {
+            // Without CAP_DAC_READ_SEARCH, AT_EMPTY_PATH fails with ENOENT; a
+            // regular file can then be linked through its /proc/self/fd name.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && inode.is_reg() => {
+                let name = sys::fd_name(inode.fd().as_raw_fd());
+                sys::linkat(
+                    self.proc_self_fd.as_fd(),
+                    &name,
+                    p.fd(),
+                    newname,
+                    libc::AT_SYMLINK_FOLLOW,
+                )?
+            }
+            r => r?,
+        }
+        self.do_lookup(&p, newname)
+    }
+
+    pub(crate) fn open(&self, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
+        let inode = self.inode(id)?;
+        if inode.is_dir() {
+            return Err(err(libc::EISDIR));
+        }
+        if !inode.is_reg() {
+            return Err(err(libc::ENXIO));
+        }
+        let flags = self.open_flags(guest_flags);
+        self.check_open_writable(flags)?;
+        let fd = self.reopen(&inode, flags)?;
+        let fh = self.handles.insert(id, fd, flags);
+        Ok((fh, self.file_open_flags()))
+    }
+
+    pub(crate) fn create(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        guest_flags: u32,
+    ) -> io::Result<(Entry, u64, u32)> {
+        self.writable()?;
+        let p = self.dir(parent)?;
+        let flags = self.open_flags(guest_flags);
+        let excl = guest_flags as i32 & libc::O_EXCL != 0;
+        let created = {
+            let _c = self.creds(ctx)?;
+            sys::openat(
+                p.fd(),
+                name,
+                flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                mode & 0o7777,
+            )
+        };
+        let (entry, fd) = match created {
+            Ok(fd) => (self.insert_open_file(&fd)?, fd),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !excl => {
+                // It exists: open it like OPEN would, but check access as the
+                // caller (the guest believes it is creating the file and checks
+                // nothing), and never open anything but a regular file.
+                let entry = self.do_lookup(&p, name)?;
+                match self.open_existing(ctx, entry.inode, flags) {
+                    Ok(fd) => (entry, fd),
+                    Err(e) => {
+                        self.inodes.forget(entry.inode, 1);
+                        return Err(e);
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let fh = self.handles.insert(entry.inode, fd, flags);
+        Ok((entry, fh, self.file_open_flags()))
+    }
+
+    fn open_existing(&self, ctx: Ctx, id: u64, flags: i32) -> io::Result<OwnedFd> {
+        let inode = self.inode(id)?;
+        match inode.file_type {
+            libc::S_IFREG => {}
+            libc::S_IFDIR => return Err(err(libc::EISDIR)),
+            libc::S_IFLNK => return Err(err(libc::ELOOP)),
+            _ => return Err(err(libc::ENXIO)),
+        }
+        let mut mask = 0;
+        if flags & libc::O_ACCMODE != libc::O_WRONLY {
+            mask |= libc::R_OK;
+        }
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            mask |= libc::W_OK;
+        }
+        {
+            let _c = self.creds(ctx)?;
+            sys::access_fd(inode.fd(), mask)?;
+        }
+        self.reopen(&inode, flags)
+    }
+
+    pub(crate) fn tmpfile(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        mode: u32,
+        guest_flags: u32,
+    ) -> io::Result<(Entry, u64, u32)> {
+        self.writable()?;
+        let p = self.dir(parent)?;
+        let mut flags = self.open_flags(guest_flags) & !libc::O_TRUNC;
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            flags |= libc::O_RDWR;
+        }
+        let fd = {
+            let _c = self.creds(ctx)?;
+            sys::openat(p.fd(), c".", flags | libc::O_TMPFILE, mode & 0o7777)?
+        };
+        let entry = self.insert_open_file(&fd)?;
+        let fh = self.handles.insert(entry.inode, fd, flags);
+        Ok((entry, fh, self.file_open_flags()))
+    }
+
+    pub(crate) fn release(&self, fh: u64) -> io::Result<()> {
+        self.handles
+            .remove(fh)
+            .map(drop)
+            .ok_or_else(|| err(libc::EBADF))
+    }
+
+    pub(crate) fn flush(&self, fh: u64) -> io::Result<()> {
+        // Closing a duplicate releases POSIX locks and reports deferred errors
+        // of network file systems, as a close() in the guest would.
+        drop(sys::dup(self.handle(fh)?.fd())?);
+        Ok(())
+    }
+
+    pub(crate) fn fsync(&self, fh: u64, datasync: bool) -> io::Result<()> {
+        sys::fsync(self.handle(fh)?.fd(), datasync)
+    }
+
+    pub(crate) fn opendir(&self, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
+        let inode = self.dir(id)?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | (guest_flags as i32 & libc::O_NONBLOCK);
+        let fd = self.reopen(&inode, flags)?;
+        let fh = self.handles.insert(id, fd, flags);
+        Ok((fh, self.dir_open_flags()))
+    }
+
+    /// Reads entries of directory handle `fh` from `offset`, handing each to
+    /// `f` until it returns false or the directory ends.
+    pub(crate) fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        buf_size: usize,
+        f: &mut dyn FnMut(&DirEntry<'_>) -> bool,
+    ) -> io::Result<()> {
+        let h = self.handle(fh)?;
+        let _g = lock(&h.dir_lock);
+        sys::lseek(h.fd(), offset as i64, libc::SEEK_SET)?;
+        let mut buf = vec![0u8; buf_size.clamp(512, 1 << 20)];
+        loop {
+            let n = sys::getdents64(h.fd(), &mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            let mut pos = 0;
+            while let Some(rec) = buf.get(pos..n).filter(|r| r.len() >= 19) {
+                // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name.
+                let ino = u64::from_ne_bytes(rec[0..8].try_into().unwrap_or_default());
+                let off = u64::from_ne_bytes(rec[8..16].try_into().unwrap_or_default());
+                let reclen = u16::from_ne_bytes(rec[16..18].try_into().unwrap_or_default());
+                let reclen = usize::from(reclen);
+                let Some(rec) = rec.get(..reclen).filter(|_| reclen >= 19) else {
+                    return Err(err(libc::EIO));
+                };
+                let raw = &rec[19..];
+                let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
+                let ent = DirEntry {
+                    ino,
+                    off,
+                    typ: u32::from(rec[18]),
+                    name,
+                };
+                if !f(&ent) {
+                    return Ok(());
+                }
+                pos += reclen;
+            }
+        }
+    }
+
+    /// LOOKUP for READDIRPLUS: `.` and `..` are not looked up.
+    pub(crate) fn lookup_for_readdir(&self, parent: u64, name: &[u8]) -> Option<Entry> {
+        if name == b"." || name == b".." {
+            return None;
+        }
+        let mut v = name.to_vec();
+        v.push(0);
+        let name = CStr::from_bytes_with_nul(&v).ok()?;
+        self.lookup(parent, name).ok()
+    }
+
+    pub(crate) fn statfs(&self, id: u64) -> io::Result<sys::Statfs> {
+        sys::fstatfs(self.inode(id)?.fd())
+    }
+
+    pub(crate) fn access(&self, ctx: Ctx, id: u64, mask: u32) -> io::Result<()> {
+        let inode = self.inode(id)?;
+        let mask = (mask as i32) & (libc::R_OK | libc::W_OK | libc::X_OK);
+        if mask & libc::W_OK != 0 && self.cfg.readonly {
+            return Err(err(libc::EROFS));
+        }
+        let _c = self.creds(ctx)?;
+        sys::access_fd(inode.fd(), mask)
+    }
+
+    fn xattr_fd(&self, id: u64) -> io::Result<OwnedFd> {
+        let inode = self.inode(id)?;
+        let flags = if inode.is_dir() {
+            libc::O_RDONLY | libc::O_DIRECTORY
+        } else if inode.is_reg() {
+            libc::O_RDONLY | libc::O_NONBLOCK
+        } else {
+            return Err(err(libc::EOPNOTSUPP));
+        };
+        self.reopen(&inode, flags)
+    }
+
+    pub(crate) fn getxattr(&self, id: u64, name: &CStr, size: u32) -> io::Result<XattrReply> {
+        let fd = self.xattr_fd(id)?;
+        if size == 0 {
+            let n = sys::fgetxattr(fd.as_fd(), name, &mut [])?;
+            return Ok(XattrReply::Size(n as u32));
+        }
+        let mut buf = vec![0u8; (size as usize).min(XATTR_MAX)];
+        let n = sys::fgetxattr(fd.as_fd(), name, &mut buf)?;
+        buf.truncate(n);
+        Ok(XattrReply::Value(buf))
+    }
+
+    pub(crate) fn listxattr(&self, id: u64, size: u32) -> io::Result<XattrReply> {
+        let fd = match self.xattr_fd(id) {
+            Ok(fd) => fd,
+            // Symlinks and special files: report no attributes.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                return Ok(if size == 0 {
+                    XattrReply::Size(0)
+                } else {
+                    XattrReply::Value(Vec::new())
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        if size == 0 {
+            let n = sys::flistxattr(fd.as_fd(), &mut [])?;
+            return Ok(XattrReply::Size(n as u32));
+        }
+        let mut buf = vec![0u8; (size as usize).min(XATTR_MAX)];
+        let n = sys::flistxattr(fd.as_fd(), &mut buf)?;
+        buf.truncate(n);
+        Ok(XattrReply::Value(buf))
+    }
+
+    pub(crate) fn setxattr(
+        &self,
+        id: u64,
+        name: &CStr,
+        value: &[u8],
+        flags: u32,
+    ) -> io::Result<()> {
+        self.writable()?;
+        let flags = flags as i32;
+        if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let fd = self.xattr_fd(id)?;
+        sys::fsetxattr(fd.as_fd(), name, value, flags)
+    }
+
+    pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {
+        self.writable()?;
+        let fd = self.xattr_fd(id)?;
+        sys::fremovexattr(fd.as_fd(), name)
+    }
+
+    pub(crate) fn fallocate(&self, fh: u64, mode: u32, offset: u64, len: u64) -> io::Result<()> {
+        self.writable()?;
+        sys::fallocate(self.handle(fh)?.fd(), mode as i32, offset, len)
+    }
+
+    pub(crate) fn lseek(&self, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
+        let whence = whence as i32;
+        if ![
+            libc::SEEK_SET,
+            libc::SEEK_END,
+            libc::SEEK_DATA,
+            libc::SEEK_HOLE,
+        ]
+        .contains(&whence)
+        {
+            return Err(err(libc::EINVAL));
+        }
+        let h = self.handle(fh)?;
+        let _g = lock(&h.dir_lock);
+        sys::lseek(h.fd(), offset as i64, whence)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn copy_file_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> io::Result<usize> {
+        self.writable()?;
+        if flags != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let hi = self.handle(fh_in)?;
+        let ho = self.handle(fh_out)?;
+        sys::copy_file_range(
+            hi.fd(),
+            off_in,
+            ho.fd(),
+            off_out,
+            len.min(COPY_MAX) as usize,
+        )
+    }
+
+    pub(crate) fn syncfs(&self, id: u64) -> io::Result<()> {
+        let inode = self.inode(id)?;
+        let inode = if inode.is_reg() || inode.is_dir() {
+            inode
+        } else {
+            self.inodes.root().clone()
+        };
+        let fd = self.reopen(&inode, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        sys::syncfs(fd.as_fd())
+    }
+
+    // ----- live upgrade -----
+
+    /// Exports the tables. Stop all request processing first; the descriptors
+    /// in the result are borrowed from `self`.
+    pub fn snapshot(&self) -> FsSnapshot {
+        let mut fds = Vec::new();
+        let mut push = |fd: std::os::fd::BorrowedFd<'_>| {
+            fds.push(fd.as_raw_fd());
+            (fds.len() - 1) as u32
+        };
+        let inodes = self
+            .inodes
+            .all()
+            .iter()
+            .map(|i| InodeState {
+                id: i.id,
+                dev: i.key.0,
+                ino: i.key.1,
+                refs: i.refs(),
+                generation: i.generation,
+                file_type: i.file_type,
+                fd_index: push(i.fd()),
+            })
+            .collect();
+        let handles = self
+            .handles
+            .all()
+            .iter()
+            .map(|h| HandleState {
+                fh: h.fh,
+                inode: h.inode,
+                flags: h.flags,
+                fd_index: push(h.fd()),
+            })
+            .collect();
+        let root = self.inodes.root();
+        FsSnapshot {
+            state: FsState {
+                version: STATE_VERSION,
+                root_dev: root.key.0,
+                root_ino: root.key.1,
+                session: self.session(),
+                next_id: self.inodes.next_id(),
+                inodes,
+                handles,
+            },
+            fds,
+        }
+    }
+
+    /// Rebuilds a file system from a snapshot taken by an earlier process.
+    /// `state` and `fds` are untrusted: every entry is checked against its
+    /// descriptor, and every descriptor must be used exactly once.
+    pub fn restore(cfg: Config, state: &FsState, fds: Vec<OwnedFd>) -> Result<Self, Error> {
+        let bad = |m: String| Error::InvalidState(m);
+        let fs = Self::new(cfg)?;
+        if state.version != STATE_VERSION {
+            return Err(bad(format!("unsupported version {}", state.version)));
+        }
+        if (state.root_dev, state.root_ino) != fs.inodes.root().key {
+            return Err(bad("the shared directory is not the saved one".into()));
+        }
+        if let Some(s) = state.session {
+            let supported = crate::server::supported_init_flags(&fs.cfg);
+            if !(crate::abi::MIN_KERNEL_MINOR_VERSION..=crate::abi::KERNEL_MINOR_VERSION)
+                .contains(&s.minor)
+                || s.flags & !supported != 0
+            {
+                return Err(bad("session flags or version not supported".into()));
+            }
+        }
+        if state.next_id >= 1 << 62 {
+            return Err(bad("node id counter out of range".into()));
+        }
+        fs.inodes.bump_next_id(state.next_id);
+        let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
+        let mut take = |i: u32| {
+            fds.get_mut(i as usize)
+                .and_then(Option::take)
+                .ok_or_else(|| bad(format!("descriptor index {i} missing or used twice")))
+        };
+        let mut ids = std::collections::HashSet::new();
+        let mut keys = std::collections::HashSet::new();
+        keys.insert(fs.inodes.root().key);
+        let types = [
+            libc::S_IFREG,
+            libc::S_IFDIR,
+            libc::S_IFLNK,
+            libc::S_IFCHR,
+            libc::S_IFBLK,
+            libc::S_IFIFO,
+            libc::S_IFSOCK,
+        ];
+        for i in &state.inodes {
+            if i.id <= ROOT_ID || i.id >= 1 << 62 || !ids.insert(i.id) {
+                return Err(bad(format!("bad or duplicate node id {}", i.id)));
+            }
+            if i.refs == 0 || !types.contains(&i.file_type) {
+                return Err(bad(format!("node {}: bad count or type", i.id)));
+            }
+            if !keys.insert((i.dev, i.ino)) {
+                return Err(bad(format!("node {}: file saved twice", i.id)));
+            }
+            let fd = take(i.fd_index)?;
+            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
+            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
+            if fl & libc::O_PATH == 0
+                || (st.st_dev, st.st_ino) != (i.dev, i.ino)
+                || st.st_mode & libc::S_IFMT != i.file_type
+            {
+                return Err(bad(format!("node {}: descriptor does not match", i.id)));
+            }
+            fs.inodes.insert_restored(RestoredInode {
+                id: i.id,
+                fd,
+                key: (i.dev, i.ino),
+                file_type: i.file_type,
+                generation: i.generation,
+                refs: i.refs,
+            });
+        }
+        let mut fhs = std::collections::HashSet::new();
+        for h in &state.handles {
+            if h.fh == 0 || h.fh >= 1 << 62 || !fhs.insert(h.fh) {
+                return Err(bad(format!("bad or duplicate handle {}", h.fh)));
+            }
+            let inode = fs
+                .inodes
+                .get(h.inode)
+                .ok_or_else(|| bad(format!("handle {}: unknown node {}", h.fh, h.inode)))?;
+            let fd = take(h.fd_index)?;
+            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
+            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
+            if fl & libc::O_PATH != 0
+                || fl & libc::O_ACCMODE != h.flags & libc::O_ACCMODE
+                || (st.st_dev, st.st_ino) != inode.key
+                || !(inode.is_reg() || inode.is_dir())
+            {
+                return Err(bad(format!("handle {}: descriptor does not match", h.fh)));
+            }
+            fs.handles.insert_with(h.fh, h.inode, fd, h.flags);
+        }
+        if fds.iter().any(Option::is_some) {
+            return Err(bad("unused descriptors".into()));
+        }
+        if let Some(s) = state.session {
+            fs.session_flags.store(s.flags, Ordering::Relaxed);
+            fs.session_minor.store(s.minor, Ordering::Release);
+        }
+        Ok(fs)
+    }
+}

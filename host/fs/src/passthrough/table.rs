@@ -1,0 +1,352 @@
+//! The inode and handle tables.
+//!
+//! # Design
+//!
+//! Both tables are split into [`SHARDS`] shards, each behind its own lock, so
+//! that worker threads of different queues rarely meet on a lock, and the hot
+//! path (finding an inode or handle by id for every request) only takes a
+//! shard's read lock and clones an `Arc`.
+//!
+//! Inodes are found two ways: by node id (every request) and by host
+//! `(dev, ino)` key (LOOKUP, to hand out the same node id for the same file).
+//! The id map is sharded by id, the key map by a hash of the key. A lookup and
+//! a FORGET of the same file both hold that file's key-shard lock while they
+//! change its lookup count, so a count cannot be raised from zero after it was
+//! dropped there. Lock order: key shard, then id shard; nobody takes them the
+//! other way around.
+//!
+//! Node ids and file handles come from counters and are never reused, so the
+//! generation of every inode is 0 and `nodeid:generation` is unique for the
+//! life of the file system (the counters continue past the restored maximum
+//! after a live upgrade).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::abi::ROOT_ID;
+
+/// Number of shards of each table.
+pub const SHARDS: usize = 16;
+
+/// Locks a mutex; a poisoned lock is taken over (the data it guards is a map
+/// whose every single update is complete, so it is never half-written).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Host identity of a file.
+pub type InodeKey = (u64, u64);
+
+fn key_shard(key: InodeKey) -> usize {
+    let h = (key.1 ^ key.0.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 60) as usize % SHARDS
+}
+
+fn id_shard(id: u64) -> usize {
+    (id % SHARDS as u64) as usize
+}
+
+/// One inode known to the guest.
+#[derive(Debug)]
+pub struct Inode {
+    /// Node id the guest uses.
+    pub id: u64,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the file.
+    pub fd: OwnedFd,
+    /// Host device and inode number.
+    pub key: InodeKey,
+    /// `st_mode & S_IFMT`.
+    pub file_type: u32,
+    /// Generation reported with the node id.
+    pub generation: u64,
+    refs: AtomicU64,
+}
+
+impl Inode {
+    /// Descriptor of the file (`O_PATH`).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Current lookup count.
+    pub fn refs(&self) -> u64 {
+        self.refs.load(Ordering::Relaxed)
+    }
+
+    /// Whether this is a regular file.
+    pub fn is_reg(&self) -> bool {
+        self.file_type == libc::S_IFREG
+    }
+
+    /// Whether this is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.file_type == libc::S_IFDIR
+    }
+}
+
+/// The node id → inode table.
+#[derive(Debug)]
+pub struct InodeTable {
+    root: Arc<Inode>,
+    by_id: Vec<RwLock<HashMap<u64, Arc<Inode>>>>,
+    by_key: Vec<Mutex<HashMap<InodeKey, u64>>>,
+    next_id: AtomicU64,
+}
+
+impl InodeTable {
+    /// A table holding only the root directory.
+    pub fn new(root_fd: OwnedFd, root_key: InodeKey) -> Self {
+        InodeTable {
+            root: Arc::new(Inode {
+                id: ROOT_ID,
+                fd: root_fd,
+                key: root_key,
+                file_type: libc::S_IFDIR,
+                generation: 0,
+                refs: AtomicU64::new(1),
+            }),
+            by_id: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            by_key: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            next_id: AtomicU64::new(ROOT_ID + 1),
+        }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Arc<Inode> {
+        &self.root
+    }
+
+    /// The inode with node id `id`.
+    pub fn get(&self, id: u64) -> Option<Arc<Inode>> {
+        if id == ROOT_ID {
+            return Some(self.root.clone());
+        }
+        read(&self.by_id[id_shard(id)]).get(&id).cloned()
+    }
+
+    /// Finds the inode of `key`, or inserts one owning `fd`, and raises its
+    /// lookup count by one. `fd` is dropped when the inode was already known.
+    pub fn lookup_or_insert(&self, fd: OwnedFd, key: InodeKey, file_type: u32) -> Arc<Inode> {
+        if key == self.root.key {
+            return self.root.clone();
+        }
+        let mut keys = lock(&self.by_key[key_shard(key)]);
+        if let Some(inode) = keys.get(&key).and_then(|id| self.get(*id)) {
+            inode.refs.fetch_add(1, Ordering::Relaxed);
+            return inode;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let inode = Arc::new(Inode {
+            id,
+            fd,
+            key,
+            file_type,
+            generation: 0,
+            refs: AtomicU64::new(1),
+        });
+        write(&self.by_id[id_shard(id)]).insert(id, inode.clone());
+        keys.insert(key, id);
+        inode
+    }
+
+    /// Inserts a restored inode; the caller validated it and checked that the id
+    /// and key are unused.
+    pub fn insert_restored(&self, inode: RestoredInode) {
+        let RestoredInode {
+            id,
+            fd,
+            key,
+            file_type,
+            generation,
+            refs,
+        } = inode;
+        let mut keys = lock(&self.by_key[key_shard(key)]);
+        write(&self.by_id[id_shard(id)]).insert(
+            id,
+            Arc::new(Inode {
+                id,
+                fd,
+                key,
+                file_type,
+                generation,
+                refs: AtomicU64::new(refs),
+            }),
+        );
+        keys.insert(key, id);
+        self.next_id.fetch_max(id + 1, Ordering::Relaxed);
+    }
+
+    /// Drops `n` lookups of `id`; the inode (and its descriptor, once no request
+    /// uses it any more) goes away at zero. The root is never forgotten.
+    pub fn forget(&self, id: u64, n: u64) {
+        if id == ROOT_ID {
+            return;
+        }
+        let Some(inode) = self.get(id) else {
+            return;
+        };
+        let mut keys = lock(&self.by_key[key_shard(inode.key)]);
+        let left = inode.refs().saturating_sub(n);
+        inode.refs.store(left, Ordering::Relaxed);
+        if left == 0 {
+            if keys.get(&inode.key) == Some(&id) {
+                keys.remove(&inode.key);
+            }
+            write(&self.by_id[id_shard(id)]).remove(&id);
+        }
+    }
+
+    /// Forgets every inode but the root.
+    pub fn clear(&self) {
+        for (keys, ids) in self.by_key.iter().zip(&self.by_id) {
+            lock(keys).clear();
+            write(ids).clear();
+        }
+    }
+
+    /// Every inode but the root, ordered by id.
+    pub fn all(&self) -> Vec<Arc<Inode>> {
+        let mut v: Vec<_> = self
+            .by_id
+            .iter()
+            .flat_map(|s| read(s).values().cloned().collect::<Vec<_>>())
+            .collect();
+        v.sort_by_key(|i| i.id);
+        v
+    }
+
+    /// Number of inodes, the root included.
+    pub fn len(&self) -> usize {
+        1 + self.by_id.iter().map(|s| read(s).len()).sum::<usize>()
+    }
+
+    /// Makes sure the next node id is at least `id`.
+    pub fn bump_next_id(&self, id: u64) {
+        self.next_id.fetch_max(id, Ordering::Relaxed);
+    }
+
+    /// Next node id to hand out.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.load(Ordering::Relaxed)
+    }
+}
+
+/// A validated inode on its way into a restored table.
+#[derive(Debug)]
+pub struct RestoredInode {
+    /// Node id.
+    pub id: u64,
+    /// `O_PATH` descriptor.
+    pub fd: OwnedFd,
+    /// Host identity.
+    pub key: InodeKey,
+    /// `S_IFMT` bits.
+    pub file_type: u32,
+    /// Generation.
+    pub generation: u64,
+    /// Lookup count (at least 1).
+    pub refs: u64,
+}
+
+/// An open file or directory.
+#[derive(Debug)]
+pub struct Handle {
+    /// The handle id the guest uses.
+    pub fh: u64,
+    /// Node id of the file.
+    pub inode: u64,
+    /// The open descriptor.
+    pub fd: OwnedFd,
+    /// `open(2)` flags it was opened with.
+    pub flags: i32,
+    /// Serializes READDIR on a directory handle (it moves the file position).
+    pub dir_lock: Mutex<()>,
+}
+
+impl Handle {
+    /// The open descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// The fh → open file table.
+#[derive(Debug)]
+pub struct HandleTable {
+    shards: Vec<RwLock<HashMap<u64, Arc<Handle>>>>,
+    next: AtomicU64,
+}
+
+impl Default for HandleTable {
+    fn default() -> Self {
+        HandleTable {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl HandleTable {
+    /// Adds an open descriptor and returns its new handle id.
+    pub fn insert(&self, inode: u64, fd: OwnedFd, flags: i32) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.insert_with(fh, inode, fd, flags);
+        fh
+    }
+
+    /// Adds a handle under a given id (restore).
+    pub fn insert_with(&self, fh: u64, inode: u64, fd: OwnedFd, flags: i32) {
+        let h = Arc::new(Handle {
+            fh,
+            inode,
+            fd,
+            flags,
+            dir_lock: Mutex::new(()),
+        });
+        write(&self.shards[id_shard(fh)]).insert(fh, h);
+        self.next.fetch_max(fh + 1, Ordering::Relaxed);
+    }
+
+    /// The handle `fh`.
+    pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
+        read(&self.shards[id_shard(fh)]).get(&fh).cloned()
+    }
+
+    /// Removes `fh`; its descriptor closes when the last request using it ends.
+    pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        write(&self.shards[id_shard(fh)]).remove(&fh)
+    }
+
+    /// Closes every handle.
+    pub fn clear(&self) {
+        for s in &self.shards {
+            write(s).clear();
+        }
+    }
+
+    /// Every handle, ordered by id.
+    pub fn all(&self) -> Vec<Arc<Handle>> {
+        let mut v: Vec<_> = self
+            .shards
+            .iter()
+            .flat_map(|s| read(s).values().cloned().collect::<Vec<_>>())
+            .collect();
+        v.sort_by_key(|h| h.fh);
+        v
+    }
+
+    /// Number of open handles.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| read(s).len()).sum()
+    }
+}

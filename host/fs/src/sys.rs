@@ -1,0 +1,408 @@
+//! Raw system calls, each behind a safe wrapper.
+//!
+//! This is the only module of the crate with `unsafe` code. Every wrapper takes
+//! borrowed file descriptors and NUL-terminated names, so the kernel only ever
+//! sees valid pointers and lengths, and returns `io::Result`.
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// `struct stat` of the host (64-bit file offsets).
+pub type Stat = libc::stat64;
+/// `struct statfs` of the host.
+pub type Statfs = libc::statfs64;
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_size(ret: libc::ssize_t) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+fn check_long(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `openat(2)`; `O_CLOEXEC` is always added.
+pub fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is a valid NUL-terminated string that outlives the call and
+    // `dir` is an open descriptor; the kernel does not keep either pointer.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    let fd = check(fd)?;
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fstatat(2)`.
+pub fn fstatat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> io::Result<Stat> {
+    let mut st = MaybeUninit::<Stat>::zeroed();
+    // SAFETY: `st` points to writable memory of the right size; `name` is a
+    // valid C string.
+    check(unsafe { libc::fstatat64(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), flags) })?;
+    // SAFETY: fstatat succeeded, so it filled `st` (it was zeroed anyway and every
+    // bit pattern is a valid `stat`).
+    Ok(unsafe { st.assume_init() })
+}
+
+/// `fstat` of whatever `fd` refers to, symlinks included (works on `O_PATH`).
+pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<Stat> {
+    fstatat(fd, c"", libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// `fstatfs(2)` (works on `O_PATH` descriptors).
+pub fn fstatfs(fd: BorrowedFd<'_>) -> io::Result<Statfs> {
+    let mut st = MaybeUninit::<Statfs>::zeroed();
+    // SAFETY: `st` points to writable memory of the right size.
+    check(unsafe { libc::fstatfs64(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: filled by the kernel on success; zeroed before and plain data.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// `mkdirat(2)`.
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+/// `mknodat(2)`.
+pub fn mknodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32, dev: u64) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, dev) }).map(drop)
+}
+
+/// `symlinkat(2)`.
+pub fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: valid descriptor and C strings.
+    check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+/// `unlinkat(2)`.
+pub fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// `renameat2(2)`.
+pub fn renameat2(
+    olddir: BorrowedFd<'_>,
+    oldname: &CStr,
+    newdir: BorrowedFd<'_>,
+    newname: &CStr,
+    flags: u32,
+) -> io::Result<()> {
+    // SAFETY: valid descriptors and C strings; renameat2 takes no other pointers.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            olddir.as_raw_fd(),
+            oldname.as_ptr(),
+            newdir.as_raw_fd(),
+            newname.as_ptr(),
+            flags,
+        )
+    };
+    check_long(ret).map(drop)
+}
+
+/// `linkat(2)`.
+pub fn linkat(
+    olddir: BorrowedFd<'_>,
+    oldname: &CStr,
+    newdir: BorrowedFd<'_>,
+    newname: &CStr,
+    flags: i32,
+) -> io::Result<()> {
+    // SAFETY: valid descriptors and C strings.
+    check(unsafe {
+        libc::linkat(
+            olddir.as_raw_fd(),
+            oldname.as_ptr(),
+            newdir.as_raw_fd(),
+            newname.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `readlinkat(fd, "")`: the target of the symlink `fd` (an `O_PATH` descriptor).
+pub fn readlink_fd(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: `buf` is writable for `buf.len()` bytes.
+    let n = check_size(unsafe {
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })?;
+    if n >= buf.len() {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// `fchownat(2)`; `u32::MAX` leaves the id unchanged.
+pub fn fchownat(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    uid: u32,
+    gid: u32,
+    flags: i32,
+) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::fchownat(dir.as_raw_fd(), name.as_ptr(), uid, gid, flags) }).map(drop)
+}
+
+/// `utimensat(2)`.
+pub fn utimensat(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    times: &[libc::timespec; 2],
+    flags: i32,
+) -> io::Result<()> {
+    // SAFETY: `times` points to two timespecs; valid descriptor and C string.
+    check(unsafe { libc::utimensat(dir.as_raw_fd(), name.as_ptr(), times.as_ptr(), flags) })
+        .map(drop)
+}
+
+/// `ftruncate(2)`.
+pub fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain integer arguments.
+    check(unsafe { libc::ftruncate64(fd.as_raw_fd(), len) }).map(drop)
+}
+
+/// `fallocate(2)`.
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain integer arguments.
+    check(unsafe { libc::fallocate64(fd.as_raw_fd(), mode, offset, len) }).map(drop)
+}
+
+/// `lseek(2)`.
+pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> io::Result<u64> {
+    // SAFETY: plain integer arguments.
+    let ret = unsafe { libc::lseek64(fd.as_raw_fd(), offset, whence) };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as u64)
+    }
+}
+
+/// `fsync(2)` or `fdatasync(2)`.
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
+    // SAFETY: plain integer argument.
+    let ret = unsafe {
+        if datasync {
+            libc::fdatasync(fd.as_raw_fd())
+        } else {
+            libc::fsync(fd.as_raw_fd())
+        }
+    };
+    check(ret).map(drop)
+}
+
+/// `syncfs(2)`.
+pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain integer argument.
+    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+}
+
+/// `pread(2)`.
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `buf` is writable for `buf.len()` bytes.
+    check_size(unsafe { libc::pread64(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset) })
+}
+
+/// `pwrite(2)`.
+pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<usize> {
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `buf` is readable for `buf.len()` bytes.
+    check_size(unsafe { libc::pwrite64(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), offset) })
+}
+
+/// `getdents64(2)` into `buf`; returns the number of bytes filled (0 at the end).
+pub fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for `buf.len()` bytes.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            fd.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    check_long(ret).map(|n| n as usize)
+}
+
+/// `copy_file_range(2)` with explicit offsets.
+pub fn copy_file_range(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut off_in =
+        i64::try_from(off_in).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut off_out =
+        i64::try_from(off_out).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: the offset pointers refer to live locals; the call copies between
+    // two descriptors and touches no other user memory.
+    check_size(unsafe {
+        libc::copy_file_range(
+            fd_in.as_raw_fd(),
+            &mut off_in,
+            fd_out.as_raw_fd(),
+            &mut off_out,
+            len,
+            0,
+        )
+    })
+}
+
+/// `fgetxattr(2)`; with an empty `buf`, returns the size of the value.
+pub fn fgetxattr(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for `buf.len()` bytes (a zero length makes the
+    // kernel ignore the pointer); `name` is a C string.
+    check_size(unsafe {
+        libc::fgetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })
+}
+
+/// `flistxattr(2)`; with an empty `buf`, returns the size of the list.
+pub fn flistxattr(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: as for fgetxattr.
+    check_size(unsafe { libc::flistxattr(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+}
+
+/// `fsetxattr(2)`.
+pub fn fsetxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+    // SAFETY: `value` is readable for its length; `name` is a C string.
+    check(unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `fremovexattr(2)`.
+pub fn fremovexattr(fd: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+/// `faccessat2(fd, "", mode, AT_EMPTY_PATH | AT_EACCESS)`: checks with the
+/// thread's file-system ids.
+pub fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> io::Result<()> {
+    // SAFETY: valid descriptor and a static empty C string.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            mode,
+            libc::AT_EMPTY_PATH | libc::AT_EACCESS,
+        )
+    };
+    check_long(ret).map(drop)
+}
+
+/// `dup(2)` with close-on-exec.
+pub fn dup(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    fd.try_clone_to_owned()
+}
+
+/// `fcntl(F_GETFL)`.
+pub fn get_fl(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    // SAFETY: plain integer arguments.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+}
+
+/// `setfsuid(2)` through the raw system call (per thread on Linux). Returns the
+/// previous fs uid; passing `u32::MAX` only queries.
+pub fn setfsuid(uid: u32) -> u32 {
+    // SAFETY: plain integer argument; the call cannot fail in a way that breaks
+    // memory safety.
+    unsafe { libc::syscall(libc::SYS_setfsuid, uid) as u32 }
+}
+
+/// `setfsgid(2)` through the raw system call (per thread on Linux).
+pub fn setfsgid(gid: u32) -> u32 {
+    // SAFETY: plain integer argument.
+    unsafe { libc::syscall(libc::SYS_setfsgid, gid) as u32 }
+}
+
+/// `geteuid(2)`.
+pub fn geteuid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `umask(2)`; returns the previous mask.
+pub fn umask(mask: u32) -> u32 {
+    // SAFETY: plain integer argument, cannot fail.
+    unsafe { libc::umask(mask) }
+}
+
+/// Decimal rendering of a descriptor number as a C string (a name under
+/// `/proc/self/fd`).
+pub fn fd_name(fd: RawFd) -> std::ffi::CString {
+    // A decimal number never contains NUL.
+    std::ffi::CString::new(fd.to_string()).unwrap_or_default()
+}
+
+/// `makedev(3)`.
+pub fn makedev(major: u32, minor: u32) -> u64 {
+    libc::makedev(major, minor)
+}
+
+/// `major(3)` and `minor(3)`.
+pub fn major_minor(dev: u64) -> (u32, u32) {
+    (libc::major(dev), libc::minor(dev))
+}
+
+/// `fchmodat(2)` (follows the final component; used with names under
+/// `/proc/self/fd` that are never symlinks).
+pub fn fchmodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode, 0) }).map(drop)
+}

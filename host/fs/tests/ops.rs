@@ -1,0 +1,1013 @@
+//! Functional tests: each FUSE operation against a temporary directory.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use common::*;
+use xvfs_fs::abi::{self, fattr, init_flags, opcode, Wire};
+use xvfs_fs::CachePolicy;
+
+const ROOT: u64 = abi::ROOT_ID;
+
+#[test]
+fn init_negotiates() {
+    let h = Harness::uninit(|_| {});
+    let out: abi::InitOut = h.init(7, 41, u32::MAX, u32::MAX).parse();
+    assert_eq!(out.major, 7);
+    assert_eq!(out.minor, 41);
+    assert_eq!(out.max_write, 1 << 20);
+    assert_eq!(out.max_pages, 256);
+    let flags = u64::from(out.flags) | u64::from(out.flags2) << 32;
+    for f in [
+        init_flags::ASYNC_READ,
+        init_flags::BIG_WRITES,
+        init_flags::ATOMIC_O_TRUNC,
+        init_flags::DO_READDIRPLUS,
+        init_flags::READDIRPLUS_AUTO,
+        init_flags::PARALLEL_DIROPS,
+        init_flags::MAX_PAGES,
+        init_flags::INIT_EXT,
+        init_flags::EXPORT_SUPPORT,
+    ] {
+        assert_ne!(flags & f, 0, "flag {f:#x} missing");
+    }
+    for f in [
+        init_flags::WRITEBACK_CACHE,
+        init_flags::DONT_MASK,
+        init_flags::HANDLE_KILLPRIV_V2,
+        init_flags::POSIX_LOCKS,
+        init_flags::SETXATTR_EXT,
+        init_flags::SECURITY_CTX,
+    ] {
+        assert_eq!(flags & f, 0, "flag {f:#x} must be off");
+    }
+}
+
+#[test]
+fn init_only_grants_what_the_guest_offers() {
+    let h = Harness::uninit(|_| {});
+    let offered = (init_flags::ASYNC_READ | init_flags::MAX_PAGES) as u32;
+    let out: abi::InitOut = h.init(7, 38, offered, 0).parse();
+    assert_eq!(out.flags, offered);
+    assert_eq!(out.flags2, 0);
+    assert_eq!(out.minor, 38);
+}
+
+#[test]
+fn init_writeback_and_xattr_follow_config() {
+    let h = Harness::uninit(|c| {
+        c.writeback = true;
+        c.xattr = true;
+    });
+    let out: abi::InitOut = h.init(7, 41, u32::MAX, u32::MAX).parse();
+    let flags = u64::from(out.flags);
+    assert_ne!(flags & init_flags::WRITEBACK_CACHE, 0);
+    assert_ne!(flags & init_flags::SETXATTR_EXT, 0);
+    // Readonly never offers writeback.
+    let h = Harness::uninit(|c| {
+        c.writeback = true;
+        c.readonly = true;
+    });
+    let out: abi::InitOut = h.init(7, 41, u32::MAX, u32::MAX).parse();
+    assert_eq!(u64::from(out.flags) & init_flags::WRITEBACK_CACHE, 0);
+}
+
+#[test]
+fn init_refuses_other_major_and_old_minor() {
+    let h = Harness::uninit(|_| {});
+    assert_eq!(h.init(8, 0, 0, 0).err(), libc::EPROTO);
+    assert_eq!(h.init(6, 41, 0, 0).err(), libc::EPROTO);
+    assert_eq!(h.init(7, 20, 0, 0).err(), libc::EPROTO);
+    assert!(h.fs().session().is_none());
+}
+
+#[test]
+fn compat_init_of_16_bytes() {
+    let h = Harness::uninit(|_| {});
+    let i = abi::InitIn {
+        major: 7,
+        minor: 31,
+        max_readahead: 0,
+        flags: init_flags::ASYNC_READ as u32,
+        ..Default::default()
+    };
+    let r = h.req(opcode::INIT, 0, &i.to_bytes()[..16]);
+    let out: abi::InitOut = r.parse();
+    assert_eq!(out.minor, 31);
+    assert_eq!(u64::from(out.flags), init_flags::ASYNC_READ);
+}
+
+#[test]
+fn requests_before_init_fail() {
+    let h = Harness::uninit(|_| {});
+    assert_eq!(h.getattr(ROOT).err(), libc::EIO);
+}
+
+#[test]
+fn destroy_ends_session() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("f"), b"x").unwrap();
+    let e = h.lookup_ok(ROOT, "f");
+    h.req(opcode::DESTROY, 0, &[]).ok();
+    assert_eq!(h.getattr(ROOT).err(), libc::EIO);
+    h.init(7, 41, u32::MAX, u32::MAX).ok();
+    assert_eq!(h.getattr(e.nodeid).err(), libc::EBADF);
+    assert_eq!(h.fs().inode_count(), 1);
+}
+
+#[test]
+fn lookup_and_getattr() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("file"), b"hello").unwrap();
+    let md = std::fs::metadata(h.dir.join("file")).unwrap();
+    let e = h.lookup_ok(ROOT, "file");
+    assert!(e.nodeid > ROOT);
+    assert_eq!(e.attr.ino, md.ino());
+    assert_eq!(e.attr.size, 5);
+    assert_eq!(e.attr.mode, md.mode());
+    assert_eq!(e.entry_valid, 1, "auto cache: 1 s");
+    let a: abi::AttrOut = h.getattr(e.nodeid).parse();
+    assert_eq!(a.attr, e.attr);
+    let root: abi::AttrOut = h.getattr(ROOT).parse();
+    assert_eq!(root.attr.mode & libc::S_IFMT, libc::S_IFDIR);
+}
+
+#[test]
+fn cache_policy_timeouts() {
+    for (policy, secs) in [
+        (CachePolicy::Never, 0),
+        (CachePolicy::Auto, 1),
+        (CachePolicy::Metadata, 86400),
+        (CachePolicy::Always, 86400),
+    ] {
+        let h = Harness::with(|c| c.cache = policy);
+        std::fs::write(h.dir.join("f"), b"x").unwrap();
+        let e = h.lookup_ok(ROOT, "f");
+        assert_eq!(e.entry_valid, secs);
+        assert_eq!(e.attr_valid, secs);
+        let o: abi::OpenOut = h.open(e.nodeid, libc::O_RDONLY).parse();
+        let want = match policy {
+            CachePolicy::Never | CachePolicy::Metadata => abi::fopen::DIRECT_IO,
+            CachePolicy::Auto => 0,
+            CachePolicy::Always => abi::fopen::KEEP_CACHE,
+        };
+        assert_eq!(o.open_flags, want);
+    }
+}
+
+#[test]
+fn lookup_missing_is_enoent() {
+    let h = Harness::new();
+    assert_eq!(h.lookup(ROOT, "nope").err(), libc::ENOENT);
+    assert_eq!(h.fs().inode_count(), 1);
+}
+
+#[test]
+fn lookup_dedups_and_counts() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("a"), b"").unwrap();
+    std::fs::hard_link(h.dir.join("a"), h.dir.join("b")).unwrap();
+    let a1 = h.lookup_ok(ROOT, "a");
+    let a2 = h.lookup_ok(ROOT, "a");
+    let b = h.lookup_ok(ROOT, "b");
+    assert_eq!(a1.nodeid, a2.nodeid);
+    assert_eq!(a1.nodeid, b.nodeid, "hard links share a node");
+    assert_eq!(h.fs().lookup_count(a1.nodeid), Some(3));
+    assert_eq!(h.fs().inode_count(), 2);
+}
+
+#[test]
+fn forget_drops_at_zero() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("a"), b"").unwrap();
+    let e = h.lookup_ok(ROOT, "a");
+    h.lookup_ok(ROOT, "a");
+    h.forget(e.nodeid, 1);
+    assert_eq!(h.fs().lookup_count(e.nodeid), Some(1));
+    h.getattr(e.nodeid).ok();
+    h.forget(e.nodeid, 1);
+    assert_eq!(h.fs().lookup_count(e.nodeid), None);
+    assert_eq!(h.getattr(e.nodeid).err(), libc::EBADF);
+    // A new lookup gets a fresh id (ids are never reused).
+    let again = h.lookup_ok(ROOT, "a");
+    assert!(again.nodeid > e.nodeid);
+}
+
+#[test]
+fn batch_forget() {
+    let h = Harness::new();
+    let mut ids = Vec::new();
+    for n in ["a", "b", "c"] {
+        std::fs::write(h.dir.join(n), b"").unwrap();
+        ids.push(h.lookup_ok(ROOT, n).nodeid);
+    }
+    let mut body = abi::BatchForgetIn { count: 3, dummy: 0 }.to_bytes();
+    for id in &ids {
+        body.extend(
+            abi::ForgetOne {
+                nodeid: *id,
+                nlookup: 1,
+            }
+            .to_bytes(),
+        );
+    }
+    let hd = h.header(opcode::BATCH_FORGET, 0, body.len());
+    let (n, _) = h.raw(&cat(&[&hd.to_bytes(), &body]), 0);
+    assert_eq!(n, 0);
+    assert_eq!(h.fs().inode_count(), 1);
+}
+
+#[test]
+fn root_is_never_forgotten() {
+    let h = Harness::new();
+    h.forget(ROOT, 1000);
+    h.getattr(ROOT).ok();
+    assert_eq!(h.lookup_ok(ROOT, ".").nodeid, ROOT);
+}
+
+#[test]
+fn create_write_read_round_trip() {
+    let h = Harness::new();
+    let (e, fh) = h.create_ok(ROOT, "f");
+    assert_eq!(e.attr.mode & libc::S_IFMT, libc::S_IFREG);
+    let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    let w: abi::WriteOut = h.write(e.nodeid, fh, 10, &data).parse();
+    assert_eq!(w.size as usize, data.len());
+    let r = h.read(e.nodeid, fh, 10, 200_000);
+    assert_eq!(r.ok(), &data[..]);
+    assert_eq!(std::fs::read(h.dir.join("f")).unwrap()[10..], data[..]);
+    // Past EOF: empty success.
+    assert!(h.read(e.nodeid, fh, 1 << 30, 10).ok().is_empty());
+    h.release(e.nodeid, fh).ok();
+    assert_eq!(h.release(e.nodeid, fh).err(), libc::EBADF);
+    assert_eq!(h.fs().handle_count(), 0);
+}
+
+#[test]
+fn create_exclusive_and_existing() {
+    let h = Harness::new();
+    let (e, fh) = h.create_ok(ROOT, "f");
+    h.write(e.nodeid, fh, 0, b"data").ok();
+    let r = h.create(
+        ROOT,
+        "f",
+        0o644,
+        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+    );
+    assert_eq!(r.err(), libc::EEXIST);
+    // Without O_EXCL the existing file is opened (and O_TRUNC honoured).
+    let r = h.create(
+        ROOT,
+        "f",
+        0o644,
+        libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+    );
+    let e2 = abi::EntryOut::from_bytes(r.ok()).unwrap();
+    assert_eq!(e2.nodeid, e.nodeid);
+    assert_eq!(std::fs::metadata(h.dir.join("f")).unwrap().len(), 0);
+    // A directory cannot be created over.
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    assert_eq!(
+        h.create(ROOT, "d", 0o644, libc::O_RDWR | libc::O_CREAT)
+            .err(),
+        libc::EISDIR
+    );
+}
+
+#[test]
+fn mode_is_not_masked_twice() {
+    let h = Harness::new();
+    let r = h.create(ROOT, "f", 0o666, libc::O_RDWR | libc::O_CREAT);
+    r.ok();
+    let m = std::fs::metadata(h.dir.join("f"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(m & 0o777, 0o666);
+    h.mkdir(ROOT, "d", 0o777).ok();
+    let m = std::fs::metadata(h.dir.join("d"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(m & 0o777, 0o777);
+}
+
+#[test]
+fn open_trunc_and_append() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("f"), b"0123456789").unwrap();
+    let e = h.lookup_ok(ROOT, "f");
+    let fh = h.open(e.nodeid, libc::O_RDONLY).parse::<abi::OpenOut>().fh;
+    assert_eq!(h.read(e.nodeid, fh, 2, 3).ok(), b"234");
+    let fh2 = h
+        .open(e.nodeid, libc::O_WRONLY | libc::O_TRUNC)
+        .parse::<abi::OpenOut>()
+        .fh;
+    assert_ne!(fh, fh2);
+    assert_eq!(std::fs::metadata(h.dir.join("f")).unwrap().len(), 0);
+    // Opening a directory with OPEN is refused.
+    assert_eq!(h.open(ROOT, libc::O_RDONLY).err(), libc::EISDIR);
+}
+
+#[test]
+fn mkdir_and_readdir() {
+    let h = Harness::new();
+    let d = h.mkdir(ROOT, "dir", 0o755).parse::<abi::EntryOut>();
+    assert_eq!(d.attr.mode & libc::S_IFMT, libc::S_IFDIR);
+    let mut want = vec![".".to_string(), "..".to_string()];
+    for i in 0..50 {
+        let n = format!("entry-{i:03}");
+        std::fs::write(h.dir.join("dir").join(&n), b"").unwrap();
+        want.push(n);
+    }
+    want.sort();
+    assert_eq!(h.list_dir(d.nodeid, 4096, false), want);
+    // A tiny buffer still makes progress, one entry at a time.
+    assert_eq!(h.list_dir(d.nodeid, 40, false), want);
+}
+
+#[test]
+fn readdir_types() {
+    let h = Harness::new();
+    std::fs::create_dir(h.dir.join("sub")).unwrap();
+    std::fs::write(h.dir.join("file"), b"").unwrap();
+    let fh = h.opendir(ROOT);
+    let ents = h.readdir(ROOT, fh, 0, 4096, false);
+    let ty = |n: &str| ents.iter().find(|e| e.0 == n).unwrap().3;
+    assert_eq!(ty("sub"), u32::from(libc::DT_DIR));
+    assert_eq!(ty("file"), u32::from(libc::DT_REG));
+}
+
+#[test]
+fn readdirplus_looks_up_entries() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("file"), b"abc").unwrap();
+    let fh = h.opendir(ROOT);
+    let ents = h.readdir(ROOT, fh, 0, 8192, true);
+    let mut seen_file = false;
+    for (name, ino, _, _, entry) in &ents {
+        let entry = entry.unwrap();
+        if name == "." || name == ".." {
+            assert_eq!(entry.nodeid, 0, "no lookup for {name}");
+        } else {
+            seen_file = true;
+            assert_eq!(entry.attr.ino, *ino);
+            assert_eq!(entry.attr.size, 3);
+            assert_eq!(h.fs().lookup_count(entry.nodeid), Some(1));
+        }
+    }
+    assert!(seen_file);
+    // Too small for one direntplus: nothing is looked up, and nothing leaks.
+    let r = h.req(
+        opcode::READDIRPLUS,
+        ROOT,
+        &abi::ReadIn {
+            fh,
+            size: 100,
+            ..Default::default()
+        }
+        .to_bytes(),
+    );
+    assert!(r.ok().is_empty());
+    assert_eq!(h.fs().inode_count(), 2);
+}
+
+#[test]
+fn readdirplus_off_is_enosys() {
+    let h = Harness::with(|c| c.readdirplus = false);
+    let fh = h.opendir(ROOT);
+    let ri = abi::ReadIn {
+        fh,
+        size: 4096,
+        ..Default::default()
+    };
+    assert_eq!(
+        h.req(opcode::READDIRPLUS, ROOT, &ri.to_bytes()).err(),
+        libc::ENOSYS
+    );
+}
+
+fn rename2(h: &Harness, old: &str, new: &str, flags: u32) -> Reply {
+    let r = abi::Rename2In {
+        newdir: ROOT,
+        flags,
+        padding: 0,
+    };
+    h.req(
+        opcode::RENAME2,
+        ROOT,
+        &cat(&[&r.to_bytes(), &cname(old), &cname(new)]),
+    )
+}
+
+#[test]
+fn rename_and_rename2_flags() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("a"), b"A").unwrap();
+    std::fs::write(h.dir.join("b"), b"B").unwrap();
+    let r = abi::RenameIn { newdir: ROOT };
+    h.req(
+        opcode::RENAME,
+        ROOT,
+        &cat(&[&r.to_bytes(), &cname("a"), &cname("c")]),
+    )
+    .ok();
+    assert!(!h.dir.join("a").exists());
+    assert_eq!(std::fs::read(h.dir.join("c")).unwrap(), b"A");
+
+    assert_eq!(
+        rename2(&h, "c", "b", abi::flags::RENAME_NOREPLACE).err(),
+        libc::EEXIST
+    );
+    rename2(&h, "c", "b", abi::flags::RENAME_EXCHANGE).ok();
+    assert_eq!(std::fs::read(h.dir.join("b")).unwrap(), b"A");
+    assert_eq!(std::fs::read(h.dir.join("c")).unwrap(), b"B");
+    assert_eq!(
+        rename2(&h, "c", "z", abi::flags::RENAME_WHITEOUT).err(),
+        libc::EINVAL
+    );
+    assert_eq!(rename2(&h, "c", "z", 1 << 10).err(), libc::EINVAL);
+    rename2(&h, "c", "z", abi::flags::RENAME_NOREPLACE).ok();
+    assert!(h.dir.join("z").exists());
+}
+
+#[test]
+fn rename_keeps_node_ids() {
+    let h = Harness::new();
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    std::fs::write(h.dir.join("f"), b"x").unwrap();
+    let f = h.lookup_ok(ROOT, "f");
+    let d = h.lookup_ok(ROOT, "d");
+    let r = abi::RenameIn { newdir: d.nodeid };
+    h.req(
+        opcode::RENAME,
+        ROOT,
+        &cat(&[&r.to_bytes(), &cname("f"), &cname("g")]),
+    )
+    .ok();
+    assert_eq!(h.lookup_ok(d.nodeid, "g").nodeid, f.nodeid);
+    h.getattr(f.nodeid).ok();
+}
+
+#[test]
+fn link_and_unlink() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("a"), b"x").unwrap();
+    let a = h.lookup_ok(ROOT, "a");
+    let l = abi::LinkIn {
+        oldnodeid: a.nodeid,
+    };
+    let e: abi::EntryOut = h
+        .req(opcode::LINK, ROOT, &cat(&[&l.to_bytes(), &cname("b")]))
+        .parse();
+    assert_eq!(e.nodeid, a.nodeid);
+    assert_eq!(e.attr.nlink, 2);
+    h.req(opcode::UNLINK, ROOT, &cname("a")).ok();
+    assert_eq!(h.lookup(ROOT, "a").err(), libc::ENOENT);
+    let a2: abi::AttrOut = h.getattr(a.nodeid).parse();
+    assert_eq!(a2.attr.nlink, 1);
+    // Directories cannot be linked.
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    let d = h.lookup_ok(ROOT, "d");
+    let l = abi::LinkIn {
+        oldnodeid: d.nodeid,
+    };
+    assert_eq!(
+        h.req(opcode::LINK, ROOT, &cat(&[&l.to_bytes(), &cname("d2")]))
+            .err(),
+        libc::EPERM
+    );
+}
+
+#[test]
+fn symlink_and_readlink() {
+    let h = Harness::new();
+    let e: abi::EntryOut = h
+        .req(
+            opcode::SYMLINK,
+            ROOT,
+            &cat(&[&cname("lnk"), &cname("some/target")]),
+        )
+        .parse();
+    assert_eq!(e.attr.mode & libc::S_IFMT, libc::S_IFLNK);
+    assert_eq!(h.req(opcode::READLINK, e.nodeid, &[]).ok(), b"some/target");
+    assert_eq!(
+        std::fs::read_link(h.dir.join("lnk")).unwrap().to_str(),
+        Some("some/target")
+    );
+    // READLINK of a non-symlink.
+    assert_eq!(h.req(opcode::READLINK, ROOT, &[]).err(), libc::EINVAL);
+}
+
+#[test]
+fn rmdir() {
+    let h = Harness::new();
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    std::fs::write(h.dir.join("d/f"), b"").unwrap();
+    assert_eq!(
+        h.req(opcode::RMDIR, ROOT, &cname("d")).err(),
+        libc::ENOTEMPTY
+    );
+    std::fs::remove_file(h.dir.join("d/f")).unwrap();
+    h.req(opcode::RMDIR, ROOT, &cname("d")).ok();
+    assert!(!h.dir.join("d").exists());
+}
+
+#[test]
+fn mknod_fifo() {
+    let h = Harness::new();
+    let m = abi::MknodIn {
+        mode: libc::S_IFIFO | 0o600,
+        rdev: 0,
+        umask: 0,
+        padding: 0,
+    };
+    let e: abi::EntryOut = h
+        .req(opcode::MKNOD, ROOT, &cat(&[&m.to_bytes(), &cname("p")]))
+        .parse();
+    assert_eq!(e.attr.mode, libc::S_IFIFO | 0o600);
+    // Special files are never opened by the server.
+    assert_eq!(h.open(e.nodeid, libc::O_RDONLY).err(), libc::ENXIO);
+    let m = abi::MknodIn {
+        mode: libc::S_IFDIR | 0o600,
+        ..m
+    };
+    assert_eq!(
+        h.req(opcode::MKNOD, ROOT, &cat(&[&m.to_bytes(), &cname("q")]))
+            .err(),
+        libc::EINVAL
+    );
+}
+
+fn setattr(h: &Harness, node: u64, a: abi::SetattrIn) -> Reply {
+    h.req(opcode::SETATTR, node, &a.to_bytes())
+}
+
+#[test]
+fn setattr_truncate_by_path_and_handle() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("f"), vec![7u8; 1000]).unwrap();
+    let e = h.lookup_ok(ROOT, "f");
+    let a: abi::AttrOut = setattr(
+        &h,
+        e.nodeid,
+        abi::SetattrIn {
+            valid: fattr::SIZE,
+            size: 10,
+            ..Default::default()
+        },
+    )
+    .parse();
+    assert_eq!(a.attr.size, 10);
+    let fh = h.open(e.nodeid, libc::O_RDWR).parse::<abi::OpenOut>().fh;
+    let a: abi::AttrOut = setattr(
+        &h,
+        e.nodeid,
+        abi::SetattrIn {
+            valid: fattr::SIZE | fattr::FH,
+            fh,
+            size: 4096,
+            ..Default::default()
+        },
+    )
+    .parse();
+    assert_eq!(a.attr.size, 4096);
+    assert_eq!(std::fs::metadata(h.dir.join("f")).unwrap().len(), 4096);
+    assert_eq!(
+        setattr(
+            &h,
+            ROOT,
+            abi::SetattrIn {
+                valid: fattr::SIZE,
+                ..Default::default()
+            }
+        )
+        .err(),
+        libc::EISDIR
+    );
+}
+
+#[test]
+fn setattr_mode_owner_times() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("f"), b"").unwrap();
+    let e = h.lookup_ok(ROOT, "f");
+    let a: abi::AttrOut = setattr(
+        &h,
+        e.nodeid,
+        abi::SetattrIn {
+            valid: fattr::MODE | fattr::ATIME | fattr::MTIME,
+            mode: 0o600,
+            atime: 1_000_000,
+            atimensec: 5,
+            mtime: 2_000_000,
+            mtimensec: 6,
+            ..Default::default()
+        },
+    )
+    .parse();
+    assert_eq!(a.attr.mode & 0o7777, 0o600);
+    assert_eq!((a.attr.atime, a.attr.atimensec), (1_000_000, 5));
+    assert_eq!((a.attr.mtime, a.attr.mtimensec), (2_000_000, 6));
+    let a: abi::AttrOut = setattr(
+        &h,
+        e.nodeid,
+        abi::SetattrIn {
+            valid: fattr::MTIME_NOW,
+            ..Default::default()
+        },
+    )
+    .parse();
+    assert!(a.attr.mtime > 2_000_000);
+    assert_eq!(a.attr.atime, 1_000_000, "atime untouched");
+    assert_eq!(
+        setattr(
+            &h,
+            e.nodeid,
+            abi::SetattrIn {
+                valid: fattr::ATIME,
+                atimensec: 2_000_000_000,
+                ..Default::default()
+            }
+        )
+        .err(),
+        libc::EINVAL
+    );
+    if unsafe_free_is_root() {
+        let a: abi::AttrOut = setattr(
+            &h,
+            e.nodeid,
+            abi::SetattrIn {
+                valid: fattr::UID | fattr::GID,
+                uid: 1234,
+                gid: 5678,
+                ..Default::default()
+            },
+        )
+        .parse();
+        assert_eq!((a.attr.uid, a.attr.gid), (1234, 5678));
+    }
+}
+
+fn unsafe_free_is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+#[test]
+fn creation_uses_caller_ids() {
+    if !unsafe_free_is_root() {
+        return;
+    }
+    let h = Harness::new();
+    std::fs::set_permissions(&h.dir.path, PermissionsExt::from_mode(0o755)).unwrap();
+    let d = h.mkdir(ROOT, "shared", 0o777).parse::<abi::EntryOut>();
+    h.uid.set(1234);
+    h.gid.set(4321);
+    let e = h.mkdir(d.nodeid, "mine", 0o755).parse::<abi::EntryOut>();
+    assert_eq!((e.attr.uid, e.attr.gid), (1234, 4321));
+    let r = h.create(d.nodeid, "file", 0o644, libc::O_RDWR | libc::O_CREAT);
+    let e = abi::EntryOut::from_bytes(r.ok()).unwrap();
+    assert_eq!((e.attr.uid, e.attr.gid), (1234, 4321));
+    // The host checks permission as the caller: root's 0755 directory is closed.
+    assert_eq!(h.mkdir(ROOT, "nope", 0o755).err(), libc::EACCES);
+    // And the thread got its own ids back.
+    h.uid.set(0);
+    h.gid.set(0);
+    let e = h.mkdir(ROOT, "rootdir", 0o755).parse::<abi::EntryOut>();
+    assert_eq!((e.attr.uid, e.attr.gid), (0, 0));
+}
+
+#[test]
+fn statfs() {
+    let h = Harness::new();
+    let s: abi::StatfsOut = h.req(opcode::STATFS, ROOT, &[]).parse();
+    assert!(s.st.bsize > 0);
+    assert!(s.st.namelen >= 255);
+    assert!(s.st.blocks >= s.st.bfree);
+}
+
+#[test]
+fn access() {
+    let h = Harness::new();
+    let a = abi::AccessIn {
+        mask: libc::R_OK as u32,
+        padding: 0,
+    };
+    h.req(opcode::ACCESS, ROOT, &a.to_bytes()).ok();
+    if unsafe_free_is_root() {
+        std::fs::write(h.dir.join("secret"), b"").unwrap();
+        std::fs::set_permissions(h.dir.join("secret"), PermissionsExt::from_mode(0o600)).unwrap();
+        let e = h.lookup_ok(ROOT, "secret");
+        h.uid.set(1000);
+        h.gid.set(1000);
+        assert_eq!(
+            h.req(opcode::ACCESS, e.nodeid, &a.to_bytes()).err(),
+            libc::EACCES
+        );
+    }
+}
+
+#[test]
+fn xattr_off_is_enosys() {
+    let h = Harness::new();
+    let g = abi::GetxattrIn {
+        size: 0,
+        padding: 0,
+    };
+    assert_eq!(
+        h.req(
+            opcode::GETXATTR,
+            ROOT,
+            &cat(&[&g.to_bytes(), &cname("user.x")])
+        )
+        .err(),
+        libc::ENOSYS
+    );
+    assert_eq!(
+        h.req(opcode::LISTXATTR, ROOT, &g.to_bytes()).err(),
+        libc::ENOSYS
+    );
+    assert_eq!(
+        h.req(opcode::REMOVEXATTR, ROOT, &cname("user.x")).err(),
+        libc::ENOSYS
+    );
+}
+
+#[test]
+fn xattr_round_trip() {
+    let h = Harness::with(|c| c.xattr = true);
+    std::fs::write(h.dir.join("f"), b"").unwrap();
+    let e = h.lookup_ok(ROOT, "f");
+    let s = abi::SetxattrIn {
+        size: 5,
+        flags: 0,
+        setxattr_flags: 0,
+        padding: 0,
+    };
+    let r = h.req(
+        opcode::SETXATTR,
+        e.nodeid,
+        &cat(&[&s.to_bytes(), &cname("user.test"), b"value"]),
+    );
+    if r.error == -libc::EOPNOTSUPP {
+        eprintln!("temp dir has no user xattrs; skipping");
+        return;
+    }
+    r.ok();
+    let g = |size| abi::GetxattrIn { size, padding: 0 }.to_bytes();
+    let sz: abi::GetxattrOut = h
+        .req(
+            opcode::GETXATTR,
+            e.nodeid,
+            &cat(&[&g(0), &cname("user.test")]),
+        )
+        .parse();
+    assert_eq!(sz.size, 5);
+    let v = h.req(
+        opcode::GETXATTR,
+        e.nodeid,
+        &cat(&[&g(64), &cname("user.test")]),
+    );
+    assert_eq!(v.ok(), b"value");
+    let v = h.req(
+        opcode::GETXATTR,
+        e.nodeid,
+        &cat(&[&g(2), &cname("user.test")]),
+    );
+    assert_eq!(v.err(), libc::ERANGE);
+    let l = h.req(opcode::LISTXATTR, e.nodeid, &g(1024));
+    assert!(l.ok().split(|&b| b == 0).any(|n| n == b"user.test"));
+    // XATTR_CREATE on an existing name.
+    let s2 = abi::SetxattrIn {
+        flags: libc::XATTR_CREATE as u32,
+        ..s
+    };
+    assert_eq!(
+        h.req(
+            opcode::SETXATTR,
+            e.nodeid,
+            &cat(&[&s2.to_bytes(), &cname("user.test"), b"value"])
+        )
+        .err(),
+        libc::EEXIST
+    );
+    h.req(opcode::REMOVEXATTR, e.nodeid, &cname("user.test"))
+        .ok();
+    assert_eq!(
+        h.req(
+            opcode::GETXATTR,
+            e.nodeid,
+            &cat(&[&g(64), &cname("user.test")])
+        )
+        .err(),
+        libc::ENODATA
+    );
+}
+
+#[test]
+fn lseek_data_and_hole() {
+    let h = Harness::new();
+    let (e, fh) = h.create_ok(ROOT, "sparse");
+    h.write(e.nodeid, fh, 1 << 20, b"data").ok();
+    let l = |off, whence: i32| {
+        h.req(
+            opcode::LSEEK,
+            e.nodeid,
+            &abi::LseekIn {
+                fh,
+                offset: off,
+                whence: whence as u32,
+                padding: 0,
+            }
+            .to_bytes(),
+        )
+    };
+    let data: abi::LseekOut = l(0, libc::SEEK_DATA).parse();
+    assert!(data.offset <= 1 << 20);
+    let hole: abi::LseekOut = l(1 << 20, libc::SEEK_HOLE).parse();
+    assert!(hole.offset >= (1 << 20) + 4);
+    assert_eq!(l(0, libc::SEEK_CUR).err(), libc::EINVAL);
+    assert_eq!(l(1 << 30, libc::SEEK_DATA).err(), libc::ENXIO);
+}
+
+#[test]
+fn fallocate_extends() {
+    let h = Harness::new();
+    let (e, fh) = h.create_ok(ROOT, "f");
+    let f = abi::FallocateIn {
+        fh,
+        offset: 0,
+        length: 65536,
+        mode: 0,
+        padding: 0,
+    };
+    h.req(opcode::FALLOCATE, e.nodeid, &f.to_bytes()).ok();
+    assert_eq!(std::fs::metadata(h.dir.join("f")).unwrap().len(), 65536);
+}
+
+#[test]
+fn copy_file_range() {
+    let h = Harness::new();
+    let (a, fa) = h.create_ok(ROOT, "a");
+    let (b, fb) = h.create_ok(ROOT, "b");
+    h.write(a.nodeid, fa, 0, b"0123456789").ok();
+    let c = abi::CopyFileRangeIn {
+        fh_in: fa,
+        off_in: 2,
+        nodeid_out: b.nodeid,
+        fh_out: fb,
+        off_out: 1,
+        len: 5,
+        flags: 0,
+    };
+    let w: abi::WriteOut = h
+        .req(opcode::COPY_FILE_RANGE, a.nodeid, &c.to_bytes())
+        .parse();
+    assert_eq!(w.size, 5);
+    assert_eq!(std::fs::read(h.dir.join("b")).unwrap(), b"\x0023456");
+    let c = abi::CopyFileRangeIn { flags: 1, ..c };
+    assert_eq!(
+        h.req(opcode::COPY_FILE_RANGE, a.nodeid, &c.to_bytes())
+            .err(),
+        libc::EINVAL
+    );
+}
+
+#[test]
+fn flush_fsync_syncfs() {
+    let h = Harness::new();
+    let (e, fh) = h.create_ok(ROOT, "f");
+    h.write(e.nodeid, fh, 0, b"x").ok();
+    let f = abi::FlushIn {
+        fh,
+        ..Default::default()
+    };
+    h.req(opcode::FLUSH, e.nodeid, &f.to_bytes()).ok();
+    for flags in [0, abi::flags::FSYNC_FDATASYNC] {
+        let s = abi::FsyncIn {
+            fh,
+            fsync_flags: flags,
+            padding: 0,
+        };
+        h.req(opcode::FSYNC, e.nodeid, &s.to_bytes()).ok();
+    }
+    h.req(opcode::SYNCFS, ROOT, &abi::SyncfsIn::default().to_bytes())
+        .ok();
+    let dfh = h.opendir(ROOT);
+    let s = abi::FsyncIn {
+        fh: dfh,
+        fsync_flags: 0,
+        padding: 0,
+    };
+    h.req(opcode::FSYNCDIR, ROOT, &s.to_bytes()).ok();
+    let bad = abi::FsyncIn { fh: 999_999, ..s };
+    assert_eq!(
+        h.req(opcode::FSYNC, ROOT, &bad.to_bytes()).err(),
+        libc::EBADF
+    );
+}
+
+#[test]
+fn tmpfile() {
+    let h = Harness::new();
+    let c = abi::CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: 0o600,
+        umask: 0,
+        open_flags: 0,
+    };
+    let r = h.req(opcode::TMPFILE, ROOT, &cat(&[&c.to_bytes(), &cname("/")]));
+    if r.error == -libc::EOPNOTSUPP {
+        return;
+    }
+    let e = abi::EntryOut::from_bytes(r.ok()).unwrap();
+    let o = abi::OpenOut::from_bytes(&r.ok()[abi::EntryOut::SIZE..]).unwrap();
+    assert_eq!(e.attr.nlink, 0);
+    h.write(e.nodeid, o.fh, 0, b"tmp").ok();
+    assert_eq!(h.read(e.nodeid, o.fh, 0, 10).ok(), b"tmp");
+    assert_eq!(std::fs::read_dir(&h.dir.path).unwrap().count(), 0);
+}
+
+#[test]
+fn readonly_refuses_changes() {
+    let h = Harness::with(|c| c.readonly = true);
+    std::fs::write(h.dir.join("f"), b"ro").unwrap();
+    let e = h.lookup_ok(ROOT, "f");
+    assert_eq!(h.mkdir(ROOT, "d", 0o755).err(), libc::EROFS);
+    assert_eq!(
+        h.create(ROOT, "g", 0o644, libc::O_RDWR | libc::O_CREAT)
+            .err(),
+        libc::EROFS
+    );
+    assert_eq!(h.open(e.nodeid, libc::O_WRONLY).err(), libc::EROFS);
+    assert_eq!(
+        h.open(e.nodeid, libc::O_RDONLY | libc::O_TRUNC).err(),
+        libc::EROFS
+    );
+    assert_eq!(h.req(opcode::UNLINK, ROOT, &cname("f")).err(), libc::EROFS);
+    assert_eq!(
+        setattr(
+            &h,
+            e.nodeid,
+            abi::SetattrIn {
+                valid: fattr::MODE,
+                mode: 0o777,
+                ..Default::default()
+            }
+        )
+        .err(),
+        libc::EROFS
+    );
+    let fh = h.open(e.nodeid, libc::O_RDONLY).parse::<abi::OpenOut>().fh;
+    assert_eq!(h.read(e.nodeid, fh, 0, 10).ok(), b"ro");
+    assert_eq!(h.write(e.nodeid, fh, 0, b"x").err(), libc::EROFS);
+    assert_eq!(std::fs::read(h.dir.join("f")).unwrap(), b"ro");
+}
+
+#[test]
+fn concurrent_lookups_and_forgets_balance() {
+    let h = Harness::new();
+    for i in 0..8 {
+        std::fs::write(h.dir.path.join(format!("f{i}")), b"").unwrap();
+    }
+    let srv = &h.srv;
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            s.spawn(move || {
+                for round in 0..200 {
+                    let name = format!("f{}", (round + t) % 8);
+                    let body = cname(&name);
+                    let hd = abi::InHeader {
+                        len: (abi::InHeader::SIZE + body.len()) as u32,
+                        opcode: opcode::LOOKUP,
+                        unique: round,
+                        nodeid: ROOT,
+                        ..Default::default()
+                    };
+                    let req = cat(&[&hd.to_bytes(), &body]);
+                    let mut r = xvfs_fs::io::SliceReader::new(&req);
+                    let mut w = xvfs_fs::io::VecWriter::new(4096);
+                    srv.handle(&mut r, &mut w);
+                    let e = abi::EntryOut::from_bytes(&w.as_slice()[16..]).unwrap();
+                    let f = cat(&[
+                        &abi::InHeader {
+                            len: 48,
+                            opcode: opcode::FORGET,
+                            nodeid: e.nodeid,
+                            ..Default::default()
+                        }
+                        .to_bytes(),
+                        &abi::ForgetIn { nlookup: 1 }.to_bytes(),
+                    ]);
+                    let mut r = xvfs_fs::io::SliceReader::new(&f);
+                    let mut w = xvfs_fs::io::VecWriter::new(4096);
+                    assert_eq!(srv.handle(&mut r, &mut w), 0);
+                }
+            });
+        }
+    });
+    assert_eq!(h.fs().inode_count(), 1, "every lookup was forgotten");
+}

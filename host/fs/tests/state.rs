@@ -1,0 +1,230 @@
+//! Snapshot and restore of the inode and handle tables (live upgrade).
+
+mod common;
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use common::*;
+use xvfs_fs::abi::{self, opcode, Wire};
+use xvfs_fs::passthrough::state::{FsSnapshot, FsState, STATE_VERSION};
+use xvfs_fs::{PassthroughFs, Server};
+
+const ROOT: u64 = abi::ROOT_ID;
+
+/// What a successor process would receive over SCM_RIGHTS: duplicates.
+fn dup_fds(s: &FsSnapshot) -> Vec<OwnedFd> {
+    s.fds
+        .iter()
+        .map(|&fd| {
+            // SAFETY: the snapshot's descriptors are open while the source file
+            // system lives, which it does for the whole test.
+            unsafe { BorrowedFd::borrow_raw(fd) }
+                .try_clone_to_owned()
+                .unwrap()
+        })
+        .collect()
+}
+
+fn restored(h: &Harness, state: &FsState, fds: Vec<OwnedFd>) -> Server {
+    let cfg = default_config(&h.dir.path);
+    Server::new(PassthroughFs::restore(cfg, state, fds).unwrap())
+}
+
+fn req(srv: &Server, op: u32, node: u64, body: &[u8]) -> (i32, Vec<u8>) {
+    let hd = abi::InHeader {
+        len: (abi::InHeader::SIZE + body.len()) as u32,
+        opcode: op,
+        unique: 99,
+        nodeid: node,
+        ..Default::default()
+    };
+    let req = cat(&[&hd.to_bytes(), body]);
+    let mut r = xvfs_fs::io::SliceReader::new(&req);
+    let mut w = xvfs_fs::io::VecWriter::new(ROOM);
+    let n = srv.handle(&mut r, &mut w);
+    let out = w.into_inner();
+    assert_eq!(n, out.len());
+    let oh = abi::OutHeader::from_bytes(&out).unwrap();
+    assert_eq!(oh.len as usize, n);
+    (-oh.error, out[16..].to_vec())
+}
+
+#[test]
+fn snapshot_restore_round_trip() {
+    let h = Harness::new();
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    std::fs::write(h.dir.join("d/f"), b"payload").unwrap();
+    std::os::unix::fs::symlink("d/f", h.dir.join("l")).unwrap();
+    let d = h.lookup_ok(ROOT, "d");
+    let f = h.lookup_ok(d.nodeid, "f");
+    h.lookup_ok(d.nodeid, "f");
+    let l = h.lookup_ok(ROOT, "l");
+    let fh = h.open(f.nodeid, libc::O_RDWR).parse::<abi::OpenOut>().fh;
+    let dfh = h.opendir(d.nodeid);
+
+    let snap = h.fs().snapshot();
+    assert_eq!(snap.state.version, STATE_VERSION);
+    assert_eq!(snap.state.inodes.len(), 3);
+    assert_eq!(snap.state.handles.len(), 2);
+    assert_eq!(snap.fds.len(), 5);
+    assert!(snap.state.session.is_some());
+
+    // Through the wire format the daemon uses.
+    let bytes = postcard::to_stdvec(&snap.state).unwrap();
+    let state: FsState = postcard::from_bytes(&bytes).unwrap();
+    assert_eq!(state, snap.state);
+    let srv = restored(&h, &state, dup_fds(&snap));
+    let fs2 = srv.fs();
+    assert_eq!(fs2.session(), h.fs().session());
+    assert_eq!(fs2.inode_count(), 4);
+    assert_eq!(fs2.handle_count(), 2);
+    assert_eq!(fs2.lookup_count(f.nodeid), Some(2));
+
+    // Same node ids, same files.
+    let (e, body) = req(&srv, opcode::GETATTR, f.nodeid, &[0u8; 16]);
+    assert_eq!(e, 0);
+    assert_eq!(
+        abi::AttrOut::from_bytes(&body).unwrap().attr.ino,
+        f.attr.ino
+    );
+    let (e, body) = req(&srv, opcode::READLINK, l.nodeid, &[]);
+    assert_eq!((e, body.as_slice()), (0, &b"d/f"[..]));
+    // Open handles survive.
+    let ri = abi::ReadIn {
+        fh,
+        size: 100,
+        ..Default::default()
+    };
+    let (e, body) = req(&srv, opcode::READ, f.nodeid, &ri.to_bytes());
+    assert_eq!((e, body.as_slice()), (0, &b"payload"[..]));
+    let ri = abi::ReadIn {
+        fh: dfh,
+        size: 4096,
+        ..Default::default()
+    };
+    let (e, body) = req(&srv, opcode::READDIR, d.nodeid, &ri.to_bytes());
+    assert_eq!(e, 0);
+    assert!(parse_dirents(&body, false).iter().any(|x| x.0 == "f"));
+    // A new lookup dedups against restored inodes.
+    let (e, body) = req(&srv, opcode::LOOKUP, d.nodeid, &cname("f"));
+    assert_eq!(e, 0);
+    assert_eq!(abi::EntryOut::from_bytes(&body).unwrap().nodeid, f.nodeid);
+    assert_eq!(fs2.lookup_count(f.nodeid), Some(3));
+    // New ids do not collide with restored ones.
+    std::fs::write(h.dir.join("new"), b"").unwrap();
+    let (_, body) = req(&srv, opcode::LOOKUP, ROOT, &cname("new"));
+    let n = abi::EntryOut::from_bytes(&body).unwrap().nodeid;
+    assert!(n > f.nodeid && n > l.nodeid && n > d.nodeid);
+    // And new handles do not collide either.
+    let (_, body) = req(
+        &srv,
+        opcode::OPEN,
+        f.nodeid,
+        &abi::OpenIn::default().to_bytes(),
+    );
+    let fh2 = abi::OpenOut::from_bytes(&body).unwrap().fh;
+    assert!(fh2 > fh && fh2 > dfh);
+}
+
+#[test]
+fn restore_rejects_inconsistent_state() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("a"), b"").unwrap();
+    std::fs::write(h.dir.join("b"), b"").unwrap();
+    let a = h.lookup_ok(ROOT, "a");
+    h.lookup_ok(ROOT, "b");
+    let fh = h.open(a.nodeid, libc::O_RDONLY).parse::<abi::OpenOut>().fh;
+    let _ = fh;
+    let snap = h.fs().snapshot();
+    let cfg = || default_config(&h.dir.path);
+    let try_restore = |s: &FsState, fds| PassthroughFs::restore(cfg(), s, fds).map(drop);
+
+    assert!(try_restore(&snap.state, dup_fds(&snap)).is_ok());
+
+    let mut s = snap.state.clone();
+    s.version = 99;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "version");
+
+    let mut s = snap.state.clone();
+    s.inodes[1].id = s.inodes[0].id;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "duplicate id");
+
+    let mut s = snap.state.clone();
+    s.inodes[0].id = ROOT;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "root id");
+
+    let mut s = snap.state.clone();
+    s.inodes[0].fd_index = 77;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "fd index");
+
+    let mut s = snap.state.clone();
+    s.inodes[1].fd_index = s.inodes[0].fd_index;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "fd used twice");
+
+    let mut s = snap.state.clone();
+    // Reordered entries that keep their own descriptors are fine...
+    s.inodes.swap(0, 1);
+    assert!(try_restore(&s, dup_fds(&snap)).is_ok());
+    // ...but a descriptor of another file is refused.
+    let (i0, i1) = (s.inodes[0].fd_index, s.inodes[1].fd_index);
+    s.inodes[0].fd_index = i1;
+    s.inodes[1].fd_index = i0;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "dev/ino mismatch");
+
+    let mut s = snap.state.clone();
+    s.inodes[0].refs = 0;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "zero count");
+
+    let mut s = snap.state.clone();
+    s.inodes[0].file_type = libc::S_IFDIR;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "type");
+
+    let mut s = snap.state.clone();
+    s.handles[0].inode = 555;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "handle node");
+
+    let mut s = snap.state.clone();
+    s.handles[0].flags = libc::O_RDWR;
+    assert!(
+        try_restore(&s, dup_fds(&snap)).is_err(),
+        "handle access mode"
+    );
+
+    let mut s = snap.state.clone();
+    s.root_ino ^= 1;
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "other root");
+
+    let mut s = snap.state.clone();
+    s.session = Some(xvfs_fs::passthrough::state::SessionState {
+        minor: 41,
+        flags: u64::MAX,
+    });
+    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "session flags");
+
+    let mut fds = dup_fds(&snap);
+    fds.push(fds[0].try_clone().unwrap());
+    assert!(try_restore(&snap.state, fds).is_err(), "extra descriptor");
+
+    let mut fds = dup_fds(&snap);
+    fds.pop();
+    assert!(try_restore(&snap.state, fds).is_err(), "missing descriptor");
+
+    // An inode descriptor that is not O_PATH.
+    let mut fds = dup_fds(&snap);
+    let idx = snap.state.inodes[0].fd_index as usize;
+    fds[idx] = std::fs::File::open(h.dir.join("a")).unwrap().into();
+    let mut s = snap.state.clone();
+    s.inodes[0].file_type = libc::S_IFREG;
+    assert!(try_restore(&s, fds).is_err(), "not O_PATH");
+}
+
+#[test]
+fn empty_snapshot_before_init() {
+    let h = Harness::uninit(|_| {});
+    let snap = h.fs().snapshot();
+    assert!(snap.state.session.is_none());
+    assert!(snap.state.inodes.is_empty() && snap.fds.is_empty());
+    let srv = restored(&h, &snap.state, Vec::new());
+    let (e, _) = req(&srv, opcode::GETATTR, ROOT, &[0u8; 16]);
+    assert_eq!(e, libc::EIO, "still waiting for INIT");
+}

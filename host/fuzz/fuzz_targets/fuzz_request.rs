@@ -1,0 +1,112 @@
+//! Feeds arbitrary bytes as one FUSE request to a `Server` over a read-only
+//! temporary directory. Checks that it never panics and that every reply's out
+//! header `len` equals the bytes written.
+//!
+//! Input layout: byte 0 selects the mode. Even: the rest is sent raw (header
+//! included, so lengths may lie). Odd: byte 1 is the opcode, byte 2 the node id,
+//! byte 3 the reply room (0 = 1 MiB + 4 KiB, else n * 8 bytes), and the rest is
+//! the body behind a header whose length is right: this reaches the
+//! operations instead of the length checks.
+
+#![no_main]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use xvfs_fs::abi::{self, opcode, Wire};
+use xvfs_fs::io::{SliceReader, VecWriter};
+use xvfs_fs::{CachePolicy, Config, PassthroughFs, Server};
+
+const ROOM: usize = (1 << 20) + 4096;
+
+fn setup_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("xvfs-fuzz-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("dir/sub")).expect("temp dir");
+    std::fs::write(dir.join("file"), b"0123456789abcdef".repeat(300)).expect("file");
+    std::fs::write(dir.join("dir/inner"), b"inner").expect("inner");
+    let _ = std::os::unix::fs::symlink("/etc/passwd", dir.join("escape"));
+    let _ = std::os::unix::fs::symlink("dir/inner", dir.join("rel"));
+    dir
+}
+
+fn server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let cfg = Config {
+            root_dir: setup_dir(),
+            cache: CachePolicy::Auto,
+            xattr: true,
+            readonly: true,
+            writeback: false,
+            allow_direct_io: false,
+            readdirplus: true,
+        };
+        Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
+    })
+}
+
+fn run(srv: &Server, req: &[u8], room: usize) {
+    let mut r = SliceReader::new(req);
+    let mut w = VecWriter::new(room);
+    let n = srv.handle(&mut r, &mut w);
+    assert_eq!(n, w.as_slice().len(), "returned length != bytes written");
+    if n > 0 {
+        let h = abi::OutHeader::from_bytes(w.as_slice()).expect("reply shorter than header");
+        assert_eq!(h.len as usize, n, "out header len != bytes written");
+        assert!(h.error <= 0 && h.error > -4096, "bad errno {}", h.error);
+        if h.error != 0 {
+            assert_eq!(n, abi::OutHeader::SIZE, "error replies carry no payload");
+        }
+    }
+}
+
+fn init(srv: &Server) {
+    let i = abi::InitIn {
+        major: 7,
+        minor: 41,
+        max_readahead: 1 << 17,
+        flags: u32::MAX,
+        flags2: u32::MAX,
+        unused: [0; 11],
+    };
+    let body = i.to_bytes();
+    let h = abi::InHeader {
+        len: (abi::InHeader::SIZE + body.len()) as u32,
+        opcode: opcode::INIT,
+        unique: 1,
+        ..Default::default()
+    };
+    run(srv, &[h.to_bytes(), body].concat(), ROOM);
+}
+
+fuzz_target!(|data: &[u8]| {
+    let srv = server();
+    if srv.fs().session().is_none() {
+        init(srv);
+    }
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    if mode & 1 == 0 {
+        run(srv, rest, ROOM);
+        return;
+    }
+    let [op, node, room, body @ ..] = rest else {
+        return;
+    };
+    let h = abi::InHeader {
+        len: (abi::InHeader::SIZE + body.len()) as u32,
+        opcode: u32::from(*op),
+        unique: 7,
+        nodeid: u64::from(*node),
+        uid: 0,
+        gid: 0,
+        pid: 1,
+        total_extlen: 0,
+        padding: 0,
+    };
+    let room = if *room == 0 { ROOM } else { usize::from(*room) * 8 };
+    run(srv, &[&h.to_bytes()[..], body].concat(), room);
+});

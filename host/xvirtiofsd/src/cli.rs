@@ -1,0 +1,536 @@
+//! Command line: a drop-in for virtiofsd's common use, as libvirt, QEMU users and
+//! scripts spell it (`--socket-path`, `--fd`, `--shared-dir`, `-o source=…`, …).
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// `--version`: the package version, with the build tag if one was set.
+pub const VERSION: &str = env!("XVFS_VERSION");
+
+pub const ABOUT: &str =
+    "vhost-user-fs back-end: serves a host directory to virtual machines over virtio-fs";
+
+pub const LONG_ABOUT: &str = "\
+xvirtiofsd serves the directory SHARED_DIR to a virtual machine as a virtio-fs file \
+system. QEMU (or libvirt) connects to it over a vhost-user Unix socket; the guest \
+mounts the share with `mount -t virtiofs TAG /mnt`.
+
+The daemon listens on --socket-path (or on the listening socket passed as --fd), \
+accepts one front-end connection, serves it with one worker thread per virtqueue, \
+and exits when the front-end disconnects.
+
+Nothing a guest sends can reach outside SHARED_DIR: every path is resolved one \
+component at a time relative to file descriptors inside it, symbolic links are never \
+followed, and the process is confined with --sandbox.";
+
+pub const AFTER_HELP: &str = "\
+EXAMPLES:
+    Serve /srv/share to QEMU:
+        xvirtiofsd --socket-path /run/vfs.sock --shared-dir /srv/share --cache auto &
+        qemu-system-x86_64 ... \\
+          -object memory-backend-memfd,id=mem,size=4G,share=on -numa node,memdev=mem \\
+          -chardev socket,id=char0,path=/run/vfs.sock \\
+          -device vhost-user-fs-pci,chardev=char0,tag=share,queue-size=1024
+    In the guest:
+        mount -t virtiofs share /mnt
+
+    As libvirt starts it (domain XML <filesystem> with <driver type='virtiofs'/>):
+        xvirtiofsd --fd=31 --shared-dir /srv/share
+
+    Old virtiofsd compat syntax:
+        xvirtiofsd --socket-path /run/vfs.sock -o source=/srv/share,cache=always,xattr
+
+POLLING:
+    One worker thread serves each virtqueue. After a batch of requests it keeps
+    guest notifications off and polls the ring for --poll-us microseconds; only
+    if nothing arrives does it re-enable notifications, check the ring once more
+    and sleep on the kick eventfd. Polling saves the wake-up (tens of
+    microseconds) on every request of a busy queue, but each polling microsecond
+    is a host CPU taken from the guest: on a host with 2 CPUs or fewer the
+    default window is 0, and --poll adaptive stops polling while requests arrive
+    more slowly than the window plus the measured wake-up cost.
+
+CACHE MODES:
+    never     no caching in the guest: every access goes to the host (direct I/O)
+    auto      metadata and page cache valid for 1 s (default)
+    metadata  metadata cached for a day, file data not cached across opens
+    always    metadata cached for a day, page cache kept across opens
+              (only when nothing but this guest changes the directory)
+
+EXIT STATUS:
+    0   the front-end disconnected (normal end of a VM), or --help/--version/
+        --print-capabilities
+    1   a runtime error ended serving (the message says what failed)
+    2   invalid command line
+    3   set-up failed: shared directory, socket, sandbox or seccomp";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CacheMode {
+    Never,
+    Auto,
+    Metadata,
+    Always,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxMode {
+    /// New mount, network and IPC namespaces; the shared directory becomes `/` (pivot_root).
+    Namespace,
+    /// chroot(2) into the shared directory (for containers without namespace rights).
+    Chroot,
+    /// No sandbox (the file system layer still confines every path).
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SeccompAction {
+    /// No system call filter.
+    None,
+    /// Kill the process on a system call outside the allow-list.
+    Kill,
+    /// Log it and allow it (for finding missing entries).
+    Log,
+    /// Send SIGSYS.
+    Trap,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PollArg {
+    /// Sleep on the kick eventfd right after each batch of requests.
+    Never,
+    /// Poll for the whole window after every batch.
+    Always,
+    /// Poll only while requests arrive faster than the window plus the cost of
+    /// a wake-up (measured at start).
+    Adaptive,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InodeFileHandles {
+    Never,
+    Prefer,
+    Mandatory,
+    Fallback,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xvirtiofsd",
+    version = VERSION,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = AFTER_HELP,
+    max_term_width = 100
+)]
+pub struct Opt {
+    /// Directory to share with the guest (or give it as `-o source=DIR`).
+    #[arg(long, value_name = "DIR")]
+    pub shared_dir: Option<PathBuf>,
+
+    /// Create a vhost-user Unix socket at PATH and wait there for the front-end.
+    #[arg(long, value_name = "PATH", conflicts_with = "fd")]
+    pub socket_path: Option<PathBuf>,
+
+    /// Deprecated alias of --socket-path.
+    #[arg(long = "socket", value_name = "PATH", hide = true, conflicts_with_all = ["fd", "socket_path"])]
+    pub socket_alias: Option<PathBuf>,
+
+    /// Give the socket created with --socket-path to this group (mode 0770), e.g.
+    /// libvirt-qemu, so that a QEMU running as another user can connect.
+    #[arg(long, value_name = "GROUP", conflicts_with = "fd")]
+    pub socket_group: Option<String>,
+
+    /// Use the already listening socket FD (inherited from the parent, as libvirt does).
+    #[arg(long, value_name = "FD")]
+    pub fd: Option<i32>,
+
+    /// Guest caching of file data and metadata (see CACHE MODES).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "auto")]
+    pub cache: CacheMode,
+
+    /// Serve extended attributes (getxattr, setxattr, listxattr, removexattr).
+    #[arg(long)]
+    pub xattr: bool,
+
+    /// Refuse every change to the shared directory (the guest gets EROFS).
+    #[arg(long)]
+    pub readonly: bool,
+
+    /// Enable the FUSE writeback cache in the guest.
+    #[arg(long)]
+    pub writeback: bool,
+
+    /// Honour O_DIRECT opens from the guest.
+    #[arg(long)]
+    pub allow_direct_io: bool,
+
+    /// Do not offer READDIRPLUS (the guest then looks up each entry itself).
+    #[arg(long)]
+    pub no_readdirplus: bool,
+
+    /// How the process confines itself to the shared directory.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "namespace")]
+    pub sandbox: SandboxMode,
+
+    /// What happens on a system call outside the allow-list.
+    #[arg(long, value_enum, value_name = "ACTION", default_value = "kill")]
+    pub seccomp: SeccompAction,
+
+    /// Number of request queues offered to the front-end (QEMU's num-request-queues
+    /// may be up to this), from 1 to 16.
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub queues: u16,
+
+    /// Busy-event wait: after a batch, poll the ring before sleeping on the kick
+    /// eventfd (see POLLING).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "adaptive")]
+    pub poll: PollArg,
+
+    /// Poll window in microseconds. Default: 0 (no polling) on hosts with at most
+    /// 2 CPUs, whose polling would take time from the guest's vCPUs; 50 otherwise.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub poll_us: Option<u64>,
+
+    /// Pin request-queue workers to these host CPUs (queue i on the
+    /// ((i-1) mod n)-th CPU of the list), e.g. `--queue-cpus 2,3`.
+    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    pub queue_cpus: Vec<usize>,
+
+    /// Write per-queue metrics (requests, bytes, polling, latency histogram) as
+    /// JSON to PATH, replaced atomically every second.
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
+
+    /// Control socket for `xvirtiofsd status` and `xvirtiofsd upgrade`
+    /// [default: /run/xvirtiofsd/<pid>.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+
+    /// Do not create a control socket (no status, no live upgrade).
+    #[arg(long, conflicts_with = "control")]
+    pub no_control: bool,
+
+    /// Take over from the daemon behind this control socket (started by
+    /// `xvirtiofsd upgrade`; everything else comes from that daemon's state).
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub handover_from: Option<PathBuf>,
+
+    /// Accepted for virtiofsd compatibility; requests are served by one worker per
+    /// queue, so this has no effect.
+    #[arg(long, value_name = "N")]
+    pub thread_pool_size: Option<usize>,
+
+    /// Raise the open-file limit to N (0: to the hard limit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub rlimit_nofile: u64,
+
+    /// Log level.
+    #[arg(long, value_enum, value_name = "LEVEL", default_value = "info")]
+    pub log_level: LogLevel,
+
+    /// Log to syslog instead of standard error (accepted; logs go to standard error).
+    #[arg(long)]
+    pub syslog: bool,
+
+    /// Print the vhost-user back-end capabilities as JSON and exit (used by libvirt).
+    #[arg(long)]
+    pub print_capabilities: bool,
+
+    /// Device tag (accepted for compatibility; QEMU sets the tag with `tag=`).
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
+
+    /// Accepted for compatibility: inodes are always held as O_PATH descriptors.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub inode_file_handles: Option<InodeFileHandles>,
+
+    /// Accepted for compatibility (submounts are reported with their own st_dev).
+    #[arg(long)]
+    pub announce_submounts: bool,
+
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub no_announce_submounts: bool,
+
+    /// Accepted for compatibility (FUSE_HANDLE_KILLPRIV_V2 is not negotiated).
+    #[arg(long)]
+    pub killpriv_v2: bool,
+
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub no_killpriv_v2: bool,
+
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub allow_mmap: bool,
+
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub preserve_noatime: bool,
+
+    /// POSIX ACLs: only `never` is supported.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "always")]
+    pub posix_acl: Option<String>,
+
+    /// Accepted for compatibility (capabilities are not changed).
+    #[arg(long, value_name = "CAPS")]
+    pub modcaps: Option<String>,
+
+    /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
+    /// no_xattr, readdirplus, no_readdirplus, writeback, no_writeback, sandbox=…,
+    /// loglevel=…, flock, no_flock, posix_lock, no_posix_lock, allow_direct_io.
+    #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
+    pub compat: Vec<String>,
+
+    /// ID-mapped shares (`<idmap>` in libvirt): not supported; refused with a
+    /// clear message rather than serving files with wrong owners.
+    #[arg(long, value_name = "MAP", hide = true)]
+    pub uid_map: Option<String>,
+
+    /// See --uid-map.
+    #[arg(long, value_name = "MAP", hide = true)]
+    pub gid_map: Option<String>,
+
+    /// Deprecated: same as --log-level debug.
+    #[arg(short = 'd', hide = true)]
+    pub debug: bool,
+
+    /// Accepted for compatibility (the daemon always stays in the foreground).
+    #[arg(short = 'f', hide = true)]
+    pub foreground: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("no shared directory: give --shared-dir DIR or -o source=DIR")]
+    NoSharedDir,
+    #[error("no socket: give --socket-path PATH or --fd FD")]
+    NoSocket,
+    #[error("invalid -o option `{0}`")]
+    BadCompat(String),
+    #[error("--posix-acl={0} is not supported (only never)")]
+    PosixAcl(String),
+    #[error("ID-mapped shares (--uid-map/--gid-map, libvirt <idmap>) are not supported")]
+    IdMap,
+}
+
+impl Opt {
+    /// Folds the `-o` options into the typed ones and checks what must be present.
+    pub fn resolve(&mut self) -> Result<(), CliError> {
+        let items: Vec<String> = self
+            .compat
+            .iter()
+            .flat_map(|s| s.split(','))
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        for item in items {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (item.as_str(), None),
+            };
+            match (key, value) {
+                ("source", Some(v)) => self.shared_dir = Some(PathBuf::from(v)),
+                ("cache", Some(v)) => {
+                    self.cache = match v {
+                        "none" | "never" => CacheMode::Never,
+                        "auto" => CacheMode::Auto,
+                        "metadata" => CacheMode::Metadata,
+                        "always" => CacheMode::Always,
+                        _ => return Err(CliError::BadCompat(item.clone())),
+                    }
+                }
+                ("loglevel", Some(v)) => {
+                    self.log_level = match v {
+                        "debug" => LogLevel::Debug,
+                        "info" => LogLevel::Info,
+                        "warn" => LogLevel::Warn,
+                        "err" | "error" => LogLevel::Error,
+                        _ => return Err(CliError::BadCompat(item.clone())),
+                    }
+                }
+                ("sandbox", Some(v)) => {
+                    self.sandbox = SandboxMode::from_str(v, true)
+                        .map_err(|_| CliError::BadCompat(item.clone()))?
+                }
+                ("xattr", None) => self.xattr = true,
+                ("no_xattr", None) => self.xattr = false,
+                ("readdirplus", None) => self.no_readdirplus = false,
+                ("no_readdirplus", None) => self.no_readdirplus = true,
+                ("writeback", None) => self.writeback = true,
+                ("no_writeback", None) => self.writeback = false,
+                ("allow_direct_io", None) => self.allow_direct_io = true,
+                ("no_allow_direct_io", None) => self.allow_direct_io = false,
+                ("announce_submounts", None)
+                | ("killpriv_v2", None)
+                | ("no_killpriv_v2", None)
+                | ("posix_acl", None)
+                | ("no_posix_acl", None)
+                | ("flock", None)
+                | ("no_flock", None)
+                | ("posix_lock", None)
+                | ("no_posix_lock", None) => {
+                    log::info!(
+                        "-o {key}: accepted; locks are not served (the guest keeps them local)"
+                    )
+                }
+                ("xattrmap", Some(_)) | ("modcaps", Some(_)) => {
+                    log::warn!("-o {key}: not supported, ignored")
+                }
+                _ => return Err(CliError::BadCompat(item.clone())),
+            }
+        }
+        if self.socket_path.is_none() {
+            self.socket_path = self.socket_alias.take();
+        }
+        if self.debug {
+            self.log_level = LogLevel::Debug;
+        }
+        if self.uid_map.is_some() || self.gid_map.is_some() {
+            return Err(CliError::IdMap);
+        }
+        if let Some(acl) = &self.posix_acl {
+            if acl != "never" {
+                return Err(CliError::PosixAcl(acl.clone()));
+            }
+        }
+        if self.print_capabilities || self.handover_from.is_some() {
+            return Ok(());
+        }
+        if self.shared_dir.is_none() {
+            return Err(CliError::NoSharedDir);
+        }
+        if self.socket_path.is_none() && self.fd.is_none() {
+            return Err(CliError::NoSocket);
+        }
+        Ok(())
+    }
+}
+
+/// The JSON libvirt reads from `--print-capabilities`.
+pub fn capabilities_json() -> &'static str {
+    "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"migrate-precopy\",\n    \"separate-options\"\n  ]\n}"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Opt, String> {
+        let mut o = Opt::try_parse_from(std::iter::once("xvirtiofsd").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        o.resolve().map_err(|e| e.to_string())?;
+        Ok(o)
+    }
+
+    #[test]
+    fn libvirt_separate_options() {
+        let o = parse(&[
+            "--fd=31",
+            "--shared-dir",
+            "/srv",
+            "--cache=never",
+            "--xattr",
+            "--thread-pool-size=16",
+            "--sandbox=chroot",
+        ])
+        .unwrap();
+        assert_eq!(o.fd, Some(31));
+        assert_eq!(o.cache, CacheMode::Never);
+        assert!(o.xattr);
+        assert_eq!(o.sandbox, SandboxMode::Chroot);
+    }
+
+    #[test]
+    fn compat_o_options() {
+        let o = parse(&[
+            "--socket-path",
+            "/tmp/s",
+            "-o",
+            "source=/srv,cache=none,xattr,flock,no_posix_lock",
+        ])
+        .unwrap();
+        assert_eq!(o.shared_dir.as_deref(), Some(std::path::Path::new("/srv")));
+        assert_eq!(o.cache, CacheMode::Never);
+        assert!(o.xattr);
+    }
+
+    #[test]
+    fn rejects_unknown_compat_and_missing_parts() {
+        assert!(parse(&["--socket-path", "/tmp/s", "-o", "source=/x,bogus"]).is_err());
+        assert!(parse(&["--socket-path", "/tmp/s"])
+            .unwrap_err()
+            .contains("shared directory"));
+        assert!(parse(&["--shared-dir", "/srv"])
+            .unwrap_err()
+            .contains("socket"));
+        assert!(parse(&["--fd", "3", "--socket-path", "/x", "--shared-dir", "/srv"]).is_err());
+        assert!(parse(&["--shared-dir", "/srv", "--fd", "3", "--queues", "17"]).is_err());
+        assert!(parse(&[
+            "--fd=3",
+            "--shared-dir",
+            "/srv",
+            "--uid-map=:0:100000:65535:"
+        ])
+        .unwrap_err()
+        .contains("ID-mapped"));
+    }
+
+    #[test]
+    fn print_capabilities_needs_nothing_else() {
+        let o = parse(&["--print-capabilities"]).unwrap();
+        assert!(o.print_capabilities);
+        assert!(capabilities_json().contains("\"fs\""));
+    }
+}
+
+/// `xvirtiofsd status`: print a running daemon's state.
+#[derive(Debug, Parser)]
+#[command(name = "xvirtiofsd status", version = VERSION, about = "Print a running xvirtiofsd's version, pid, uptime, connection and per-queue counters (JSON)")]
+pub struct StatusOpt {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", required_unless_present = "pid")]
+    pub control: Option<PathBuf>,
+    /// The daemon's pid (its control socket is /run/xvirtiofsd/PID.sock).
+    #[arg(long, value_name = "PID", conflicts_with = "control")]
+    pub pid: Option<u32>,
+}
+
+/// `xvirtiofsd upgrade`: replace a running daemon without guest downtime.
+#[derive(Debug, Parser)]
+#[command(
+    name = "xvirtiofsd upgrade",
+    version = VERSION,
+    about = "Replace a running xvirtiofsd by a new binary without disconnecting the guest",
+    long_about = "Starts BINARY (default: this program) detached, which takes over the \
+running daemon's vhost-user connection, guest memory, eventfds and open files over \
+the control socket. The guest sees a pause of milliseconds. If the new daemon fails \
+before it is ready, the running daemon keeps serving and this command exits 1.",
+    after_long_help = "EXIT STATUS:\n    0   upgraded\n    1   not upgraded (the running daemon still serves)\n    2   invalid command line"
+)]
+pub struct UpgradeOpt {
+    /// The running daemon's control socket.
+    #[arg(long, value_name = "PATH", required_unless_present = "pid")]
+    pub control: Option<PathBuf>,
+    /// The running daemon's pid (its control socket is /run/xvirtiofsd/PID.sock).
+    #[arg(long, value_name = "PID", conflicts_with = "control")]
+    pub pid: Option<u32>,
+    /// The new daemon binary [default: this program].
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Seconds to wait for the new daemon to confirm.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    pub timeout: u64,
+}

@@ -1,0 +1,193 @@
+//! The control socket: a Unix socket beside the daemon, for `xvirtiofsd status`
+//! and for a successor daemon to request a handover.
+//!
+//! Protocol: the client sends one line.
+//! - `status\n`: the daemon answers one JSON object (version, pid, uptime,
+//!   upgrades, connection, per-queue counters) and closes.
+//! - `handover\n`: the connection becomes the handover channel (see
+//!   `virtio_fs_ext::handover`); the serving thread takes it between two
+//!   vhost-user messages.
+//!
+//! Default path: `/run/xvirtiofsd/<pid>.sock`, named after the pid of the
+//! daemon that created it; it stays the same across live upgrades (the
+//! listening socket itself is handed over).
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use log::{info, warn};
+
+use crate::metrics::{queues_json, QueueStats};
+use crate::sys;
+
+/// Directory of the default control sockets.
+pub const DEFAULT_DIR: &str = "/run/xvirtiofsd";
+
+/// Default control socket of the daemon with this pid.
+pub fn default_path(pid: u32) -> PathBuf {
+    Path::new(DEFAULT_DIR).join(format!("{pid}.sock"))
+}
+
+/// What `status` reports.
+#[derive(Debug)]
+pub struct StatusInfo {
+    pub version: &'static str,
+    pub started_unix_ms: u64,
+    pub upgrades: u32,
+    pub shared_dir: String,
+    /// The vhost-user connection, as `socket:[inode]`: the same before and
+    /// after an upgrade.
+    pub connection: String,
+    pub control_path: String,
+    pub stats: OnceLock<Vec<Arc<QueueStats>>>,
+}
+
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+impl StatusInfo {
+    pub fn json(&self) -> String {
+        let queues = self
+            .stats
+            .get()
+            .map_or("[]".to_string(), |s| queues_json(s));
+        format!(
+            "{{\"version\":{},\"pid\":{},\"uptime_s\":{},\"upgrades\":{},\"shared_dir\":{},\
+             \"connection\":{},\"control\":{},\"queues\":{}}}",
+            json_str(self.version),
+            std::process::id(),
+            now_unix_ms().saturating_sub(self.started_unix_ms) / 1000,
+            self.upgrades,
+            json_str(&self.shared_dir),
+            json_str(&self.connection),
+            json_str(&self.control_path),
+            queues
+        )
+    }
+}
+
+/// Creates the control socket (removing a stale one), mode 0600.
+pub fn bind(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        if dir == Path::new(DEFAULT_DIR) {
+            std::fs::create_dir_all(dir)?;
+            remove_stale(dir);
+        }
+    }
+    if UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    let l = UnixListener::bind(path)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Removes sockets of daemons that are gone.
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "sock") && UnixStream::connect(&p).is_err() {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
+/// A pending handover request, taken by the serving thread.
+pub type HandoverSlot = Arc<Mutex<Option<UnixStream>>>;
+
+/// Serves the control socket on its own thread.
+pub fn spawn(
+    listener: UnixListener,
+    info: Arc<StatusInfo>,
+    slot: HandoverSlot,
+    wake: Arc<OwnedFd>,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("xvfs-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(s) => handle(s, &info, &slot, &wake),
+                    Err(e) => warn!("control socket: {e}"),
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn read_line(s: &mut UnixStream) -> io::Result<String> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while line.len() < 64 {
+        if s.read(&mut b)? == 0 {
+            break;
+        }
+        if b[0] == b'\n' {
+            break;
+        }
+        line.push(b[0]);
+    }
+    Ok(String::from_utf8_lossy(&line).trim().to_string())
+}
+
+fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &OwnedFd) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let cmd = match read_line(&mut s) {
+        Ok(c) => c,
+        Err(_) => return,
+    };
+    match cmd.as_str() {
+        "status" => {
+            let _ = s.write_all(info.json().as_bytes());
+            let _ = s.write_all(b"\n");
+        }
+        "handover" => {
+            let mut pending = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if pending.is_some() {
+                let _ = s.write_all(b"error: a handover is already in progress\n");
+                return;
+            }
+            info!("control: handover requested");
+            *pending = Some(s);
+            let _ = sys::eventfd_signal(wake.as_fd());
+        }
+        other => {
+            let _ = s.write_all(format!("error: unknown command `{other}`\n").as_bytes());
+        }
+    }
+}
+
+/// Client side of `status`: the daemon's JSON line.
+pub fn query_status(path: &Path) -> io::Result<String> {
+    let mut s = UnixStream::connect(path)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"status\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}

@@ -1,0 +1,33 @@
+//! xvirtiofsd: a vhost-user-fs back-end that serves a host directory to virtual
+//! machines over virtio-fs.
+//!
+//! Layers, in the direction data flows:
+//! [`vhost_user`] (control socket) → [`queue`] (one worker per virtqueue) →
+//! [`chain`] (descriptor chain as request/reply) → `xvfs_fs::Server` (FUSE) →
+//! `xvfs_fs::PassthroughFs` (host directory) → reply → used ring.
+
+pub mod cgroup;
+pub mod chain;
+pub mod cli;
+pub mod control;
+pub mod logger;
+pub mod mem;
+pub mod metrics;
+pub mod metrics_file;
+pub mod queue;
+pub mod sandbox;
+pub mod sys;
+pub mod upgrade;
+pub mod vhost_user;
+
+/// Formats an error with all its causes: `a: b: c`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

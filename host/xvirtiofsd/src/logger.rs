@@ -1,0 +1,88 @@
+//! A small logger to standard error: UTC timestamp, level, thread, message.
+
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use log::{LevelFilter, Log, Metadata, Record};
+
+use crate::cli::LogLevel;
+
+struct StderrLogger;
+
+static LOGGER: StderrLogger = StderrLogger;
+
+/// Installs the logger at `level`.
+pub fn init(level: LogLevel) {
+    let filter = match level {
+        LogLevel::Error => LevelFilter::Error,
+        LogLevel::Warn => LevelFilter::Warn,
+        LogLevel::Info => LevelFilter::Info,
+        LogLevel::Debug => LevelFilter::Debug,
+        LogLevel::Trace => LevelFilter::Trace,
+        LogLevel::Off => LevelFilter::Off,
+    };
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(filter);
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a time since the epoch.
+fn timestamp(secs: u64, millis: u32) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+impl Log for StderrLogger {
+    fn enabled(&self, metadata: &Metadata) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let thread = std::thread::current();
+        let line = format!(
+            "[{} {:<5} {}] {}\n",
+            timestamp(now.as_secs(), now.subsec_millis()),
+            record.level(),
+            thread.name().unwrap_or("xvirtiofsd"),
+            record.args()
+        );
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+
+    fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_are_civil_utc() {
+        assert_eq!(super::timestamp(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            super::timestamp(1_795_436_645, 7),
+            "2026-11-23T12:24:05.007Z"
+        );
+        assert_eq!(super::timestamp(951_825_600, 0), "2000-02-29T12:00:00.000Z");
+    }
+}

@@ -1,0 +1,460 @@
+//! Every raw system call of the daemon (outside the file system crate) lives here,
+//! each behind a safe wrapper that checks its result.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+fn cstring(path: &Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+/// A non-blocking, close-on-exec eventfd.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; the returned fd is checked and owned by us.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: fd was just returned by eventfd and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd counter (a kick or call notification).
+pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a valid u64 to a descriptor we borrow.
+    let n = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    match cvt_size(n) {
+        Ok(_) => Ok(()),
+        // A saturated counter still wakes the reader.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads and resets an eventfd counter; `Ok(false)` when it was zero (non-blocking fd).
+pub fn eventfd_drain(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a valid u64 from a descriptor we borrow.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    match cvt_size(n) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes (-1: forever).
+/// Returns, for each fd, whether it is readable.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: pfds is a valid array of pfds.len() pollfd structs.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+        match cvt(r) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(pfds
+        .iter()
+        .map(|p| p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+        .collect())
+}
+
+/// `pwritev(2)` of raw guest-memory segments.
+///
+/// # Safety
+/// Every `(ptr, len)` must be valid for reads of `len` bytes for the duration of the call.
+pub unsafe fn pwritev(fd: BorrowedFd<'_>, iov: &[libc::iovec], offset: u64) -> io::Result<usize> {
+    // SAFETY: the caller guarantees the iovecs; the count is bounded by the slice.
+    let n = unsafe {
+        libc::pwritev(
+            fd.as_raw_fd(),
+            iov.as_ptr(),
+            iov.len().min(libc::UIO_MAXIOV as usize) as libc::c_int,
+            offset as libc::off_t,
+        )
+    };
+    cvt_size(n)
+}
+
+/// `preadv(2)` into raw guest-memory segments.
+///
+/// # Safety
+/// Every `(ptr, len)` must be valid for writes of `len` bytes for the duration of the call.
+pub unsafe fn preadv(fd: BorrowedFd<'_>, iov: &[libc::iovec], offset: u64) -> io::Result<usize> {
+    // SAFETY: the caller guarantees the iovecs; the count is bounded by the slice.
+    let n = unsafe {
+        libc::preadv(
+            fd.as_raw_fd(),
+            iov.as_ptr(),
+            iov.len().min(libc::UIO_MAXIOV as usize) as libc::c_int,
+            offset as libc::off_t,
+        )
+    };
+    cvt_size(n)
+}
+
+/// Sets `FD_CLOEXEC` on or off.
+pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD take no pointers.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    let new = if on {
+        flags | libc::FD_CLOEXEC
+    } else {
+        flags & !libc::FD_CLOEXEC
+    };
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, new) })?;
+    Ok(())
+}
+
+/// Whether `fd` is a listening socket (what libvirt passes with `--fd`).
+pub fn is_listening_socket(fd: RawFd) -> io::Result<bool> {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: val and len are valid for the sizes given.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(val != 0)
+}
+
+/// Changes the group of a path (for `--socket-group`).
+pub fn chown_group(path: &Path, gid: u32) -> io::Result<()> {
+    let c = cstring(path)?;
+    // SAFETY: c is a valid NUL-terminated string; -1 leaves the owner unchanged.
+    cvt(unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) })?;
+    Ok(())
+}
+
+/// Looks up a group id by name (or parses a number).
+pub fn group_id(name: &str) -> Option<u32> {
+    if let Ok(n) = name.parse::<u32>() {
+        return Some(n);
+    }
+    let c = CString::new(name).ok()?;
+    let mut grp: libc::group = unsafe_zeroed_group();
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the sizes given; getgrnam_r is reentrant.
+    let r = unsafe {
+        libc::getgrnam_r(
+            c.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if r != 0 || result.is_null() {
+        None
+    } else {
+        Some(grp.gr_gid)
+    }
+}
+
+fn unsafe_zeroed_group() -> libc::group {
+    // SAFETY: libc::group is a plain C struct for which all-zero bytes are valid
+    // (null pointers and zero ids); getgrnam_r fills it in.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Names the calling thread (shows in `ps -L`, `top -H`).
+pub fn set_thread_name(name: &str) {
+    if let Ok(c) = CString::new(name.chars().take(15).collect::<String>()) {
+        // SAFETY: c is a valid NUL-terminated string of at most 16 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    }
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to the hard limit (or `want`, if lower).
+pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: lim is a valid rlimit struct.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    let target = if want == 0 {
+        lim.rlim_max
+    } else {
+        want.min(lim.rlim_max)
+    };
+    if target > lim.rlim_cur {
+        lim.rlim_cur = target;
+        // SAFETY: as above.
+        cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// Enters new mount, network and IPC namespaces and makes `root` the root of the
+/// mount tree (pivot_root), so that no path outside it exists for this process.
+pub fn sandbox_namespace(root: &Path) -> io::Result<()> {
+    // SAFETY: unshare takes flags only.
+    cvt(unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC) })?;
+    let slash = CString::new("/").map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let dot = CString::new(".").map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let croot = cstring(root)?;
+    // SAFETY: valid NUL-terminated strings; null fstype/data are allowed for these flags.
+    cvt(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            slash.as_ptr(),
+            std::ptr::null(),
+            libc::MS_SLAVE | libc::MS_REC,
+            std::ptr::null(),
+        )
+    })?;
+    // Bind-mount the shared directory onto itself so it is a mount point.
+    // SAFETY: as above.
+    cvt(unsafe {
+        libc::mount(
+            croot.as_ptr(),
+            croot.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        )
+    })?;
+    // SAFETY: valid NUL-terminated path.
+    cvt(unsafe { libc::chdir(croot.as_ptr()) })?;
+    // pivot_root(".", ".") stacks the old root on top of the new one; detaching it
+    // afterwards leaves only the shared directory.
+    // SAFETY: raw syscall with two valid path pointers.
+    cvt(unsafe { libc::syscall(libc::SYS_pivot_root, dot.as_ptr(), dot.as_ptr()) } as libc::c_int)?;
+    // SAFETY: valid NUL-terminated path.
+    cvt(unsafe { libc::umount2(dot.as_ptr(), libc::MNT_DETACH) })?;
+    // SAFETY: valid NUL-terminated path.
+    cvt(unsafe { libc::chdir(slash.as_ptr()) })?;
+    Ok(())
+}
+
+/// `chroot(2)` into `root` and move there.
+pub fn sandbox_chroot(root: &Path) -> io::Result<()> {
+    let croot = cstring(root)?;
+    let slash = CString::new("/").map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid NUL-terminated paths.
+    cvt(unsafe { libc::chdir(croot.as_ptr()) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::chroot(croot.as_ptr()) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::chdir(slash.as_ptr()) })?;
+    Ok(())
+}
+
+/// Installs a seccomp BPF program (after `PR_SET_NO_NEW_PRIVS`).
+pub fn seccomp_install(filter: &[libc::sock_filter]) -> io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: filter.len() as libc::c_ushort,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+    // SAFETY: prog points to a valid filter that outlives the call (the kernel copies it).
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            1u32, /* SECCOMP_SET_MODE_FILTER */
+            1u32, /* SECCOMP_FILTER_FLAG_TSYNC: every thread */
+            &prog as *const libc::sock_fprog,
+        )
+    } as libc::c_int)?;
+    Ok(())
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    // SAFETY: cpu_set_t is a plain bit set; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu is below CPU_SETSIZE (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: set is a valid cpu_set_t of the size given; 0 = this thread.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
+/// Number of CPUs this process may run on.
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Opens a directory (O_PATH is not enough for *at() creation, so O_RDONLY).
+pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    let c = cstring(path)?;
+    // SAFETY: valid NUL-terminated path; the fd is checked and owned below.
+    let fd = cvt(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: fd was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Creates (truncating) `name` in `dir` for writing, mode 0644.
+pub fn create_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    // SAFETY: valid dirfd and NUL-terminated name; the fd is checked and owned below.
+    let fd = cvt(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o644 as libc::c_uint,
+        )
+    })?;
+    // SAFETY: fd was just returned by openat and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Renames `from` to `to`, both in `dir`.
+pub fn rename_at(
+    dir: BorrowedFd<'_>,
+    from: &std::ffi::CStr,
+    to: &std::ffi::CStr,
+) -> io::Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated names.
+    cvt(unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) })?;
+    Ok(())
+}
+
+/// The pid of the process at the other end of a Unix socket (SO_PEERCRED).
+pub fn peer_pid(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are valid for the sizes given.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(cred.pid)
+}
+
+/// Sends SIGKILL to `pid`.
+pub fn kill_process(pid: i32) -> io::Result<()> {
+    if pid <= 0 {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    // SAFETY: kill takes integers only.
+    cvt(unsafe { libc::kill(pid, libc::SIGKILL) })?;
+    Ok(())
+}
+
+/// Makes `fd` the descriptor number `target` (dup2).
+pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 takes integers; the caller owns `target`'s slot.
+    cvt(unsafe { libc::dup2(fd.as_raw_fd(), target) })?;
+    Ok(())
+}
+
+/// `socket:[inode]` for a socket descriptor (as /proc/PID/fd shows it).
+pub fn socket_ident(fd: BorrowedFd<'_>) -> String {
+    // SAFETY: an all-zero stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid stat buffer.
+    match cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }) {
+        Ok(_) => format!("socket:[{}]", st.st_ino),
+        Err(_) => "socket:[?]".into(),
+    }
+}
+
+/// Starts a new session (detaches from the controlling terminal and process group).
+pub fn new_session() -> io::Result<()> {
+    // SAFETY: setsid takes no arguments.
+    cvt(unsafe { libc::setsid() })?;
+    Ok(())
+}
+
+/// Descriptors this process inherited that are its own pid file: `*.pid`
+/// files whose content is this process's pid (libvirt leaves the locked pid
+/// file of the daemon it starts open in it; other inherited pid files, such as
+/// QEMU's, are not ours and are left alone).
+pub fn inherited_pid_files(exclude: &[RawFd]) -> Vec<RawFd> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<RawFd>().ok()) else {
+            continue;
+        };
+        if fd <= 2 || exclude.contains(&fd) {
+            continue;
+        }
+        if let Ok(target) = std::fs::read_link(e.path()) {
+            let ours = target.extension().is_some_and(|x| x == "pid")
+                && std::fs::read_to_string(e.path())
+                    .is_ok_and(|c| c.trim() == std::process::id().to_string());
+            if ours {
+                out.push(fd);
+            }
+        }
+    }
+    out
+}
+
+/// Takes a write lock on a whole file (waiting for the previous holder), then
+/// replaces its content with `text`.
+pub fn lock_and_write(fd: BorrowedFd<'_>, text: &str) -> io::Result<()> {
+    let lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: lock is a valid flock struct; F_SETLKW blocks until granted.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLKW, &lock) })?;
+    // SAFETY: ftruncate takes integers.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), 0) })?;
+    // SAFETY: text is valid for its length.
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), text.as_ptr().cast(), text.len(), 0) };
+    cvt_size(n)?;
+    Ok(())
+}

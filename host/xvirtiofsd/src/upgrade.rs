@@ -1,0 +1,348 @@
+//! Live upgrade: hand the live vhost-user connection, the guest memory, the
+//! eventfds and the open files to a new daemon without the guest noticing.
+//!
+//! 1. `xvirtiofsd upgrade --control SOCK [--binary NEW]` starts `NEW
+//!    --handover-from SOCK`, detached, outside any sandbox.
+//! 2. The new daemon connects to the control socket and asks for a handover.
+//! 3. The old daemon, between two vhost-user messages, stops every queue at a
+//!    request boundary (requests in flight complete), and sends its state and
+//!    descriptors (`virtio_fs_ext::handover`).
+//! 4. The new daemon validates and restores everything, enters its sandbox and
+//!    answers READY; the old one answers COMMIT and exits; the new one starts
+//!    its queues and serves the same connection.
+//!
+//! Any failure before READY (the new binary does not start, sends garbage,
+//! dies, times out, or rejects the state) makes the old daemon kill it and
+//! resume its queues: the guest sees a short pause and nothing else.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use log::{info, warn};
+use virtio_fs_ext::handover::{self, HandoverError};
+use virtio_fs_ext::state::{ConfigState, DaemonState, StateError};
+use xvfs_fs::Server;
+
+use crate::cli::VERSION;
+use crate::sys;
+use crate::vhost_user::{Connection, Device};
+
+/// How long either side waits for the other at each step.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("handover protocol")]
+    Handover(#[from] HandoverError),
+    #[error("state")]
+    State(#[from] StateError),
+    #[error("control socket {0}")]
+    Control(PathBuf, #[source] io::Error),
+    #[error("cannot start {0}")]
+    Spawn(PathBuf, #[source] io::Error),
+    #[error("the new daemon did not confirm the upgrade{0}")]
+    NotConfirmed(String),
+    #[error("descriptor {0} of the state is missing or used twice")]
+    FdMissing(u32),
+}
+
+/// What the old daemon puts beside its device and file system.
+pub struct Outgoing<'a> {
+    pub config: &'a ConfigState,
+    pub started_unix_ms: u64,
+    pub upgrades: u32,
+    pub control_fd: Option<RawFd>,
+    pub control_path: Option<String>,
+    pub pid_files: &'a [RawFd],
+    pub server: &'a Server,
+}
+
+/// Old side. On success the caller exits; on error the queues are running again.
+pub fn hand_over(
+    out: &Outgoing<'_>,
+    dev: &mut Device,
+    conn: &Connection,
+    peer: UnixStream,
+) -> Result<(), UpgradeError> {
+    peer.set_read_timeout(Some(STEP_TIMEOUT))
+        .map_err(HandoverError::Io)?;
+    let hello = handover::expect(&peer, handover::HELLO, "HELLO")?;
+    let started = Instant::now();
+    info!(
+        "upgrade: handing over to {}",
+        handover::text(&hello.payload)
+    );
+    dev.quiesce();
+    let result = send_everything(out, dev, conn, &peer);
+    match result {
+        Ok(()) => {
+            info!(
+                "upgrade: handover complete in {} µs; this daemon exits",
+                started.elapsed().as_micros()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            // The successor may hold our descriptors: make sure it never serves.
+            let _ = handover::send(&peer, handover::ABORT, e.to_string().as_bytes(), &[]);
+            if let Ok(pid) = sys::peer_pid(peer.as_fd()) {
+                let _ = sys::kill_process(pid);
+            }
+            if let Err(re) = dev.resume() {
+                warn!("upgrade: cannot resume a queue: {re}");
+            }
+            warn!(
+                "upgrade failed, this daemon keeps serving ({} µs pause): {}",
+                started.elapsed().as_micros(),
+                crate::error_chain(&e)
+            );
+            Err(e)
+        }
+    }
+}
+
+fn send_everything(
+    out: &Outgoing<'_>,
+    dev: &Device,
+    conn: &Connection,
+    peer: &UnixStream,
+) -> Result<(), UpgradeError> {
+    let mut fds: Vec<RawFd> = vec![conn.stream().as_raw_fd()];
+    let control_socket_fd = out.control_fd.map(|fd| {
+        fds.push(fd);
+        (fds.len() - 1) as u32
+    });
+    fds.push(2);
+    let log_fd = Some((fds.len() - 1) as u32);
+    let pid_file_fds = out
+        .pid_files
+        .iter()
+        .map(|&fd| {
+            fds.push(fd);
+            (fds.len() - 1) as u32
+        })
+        .collect();
+    let device = dev.export(&mut fds);
+    let snap = out.server.fs().snapshot();
+    let fs_fd_base = fds.len() as u32;
+    fds.extend(snap.fds);
+    let state = DaemonState {
+        writer_version: VERSION.to_string(),
+        writer_pid: std::process::id(),
+        started_unix_ms: out.started_unix_ms,
+        upgrades: out.upgrades,
+        config: out.config.clone(),
+        vhost_socket_fd: 0,
+        control_socket_fd,
+        control_path: out.control_path.clone(),
+        log_fd,
+        pid_file_fds,
+        device,
+        fs: snap.state,
+        fs_fd_base,
+    };
+    let blob = state.encode()?;
+    handover::send_state(peer, &blob, &fds)?;
+    handover::expect(peer, handover::READY, "READY")?;
+    handover::send(peer, handover::COMMIT, b"", &[])?;
+    Ok(())
+}
+
+/// Test hooks for the failure tests, chosen with XVFS_UPGRADE_FAULT in the new
+/// daemon's environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// Exit before contacting the old daemon.
+    ExitAtStart,
+    /// Flip a byte of the received state (it must be rejected).
+    CorruptState,
+    /// Claim the state is of a newer format (it must be rejected).
+    NewerFormat,
+    /// Answer with a message that is not READY.
+    Garbage,
+    /// Die in the middle of receiving the state.
+    DieMidway,
+}
+
+impl Fault {
+    pub fn from_env() -> Fault {
+        match std::env::var("XVFS_UPGRADE_FAULT").as_deref() {
+            Ok("exit-at-start") => Fault::ExitAtStart,
+            Ok("corrupt-state") => Fault::CorruptState,
+            Ok("newer-format") => Fault::NewerFormat,
+            Ok("garbage") => Fault::Garbage,
+            Ok("die-midway") => Fault::DieMidway,
+            _ => Fault::None,
+        }
+    }
+}
+
+/// What the new daemon received.
+pub struct Incoming {
+    pub peer: UnixStream,
+    pub state: DaemonState,
+    fds: Vec<Option<OwnedFd>>,
+}
+
+impl Incoming {
+    /// Takes the descriptor at `index` (each at most once).
+    pub fn take(&mut self, index: u32) -> io::Result<OwnedFd> {
+        self.fds
+            .get_mut(index as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("descriptor {index} missing or used twice"),
+                )
+            })
+    }
+
+    /// The file-system descriptors, in the order of their indices.
+    pub fn take_fs_fds(&mut self) -> Vec<OwnedFd> {
+        let base = self.state.fs_fd_base as usize;
+        self.fds
+            .iter_mut()
+            .skip(base)
+            .filter_map(Option::take)
+            .collect()
+    }
+
+    /// Tells the old daemon why the takeover failed (it resumes serving).
+    pub fn fail(&self, reason: &str) {
+        let _ = handover::send(&self.peer, handover::FAILED, reason.as_bytes(), &[]);
+    }
+
+    /// READY, then wait for COMMIT (or the old daemon's exit).
+    pub fn confirm(&self) -> Result<(), UpgradeError> {
+        if Fault::from_env() == Fault::Garbage {
+            handover::send(&self.peer, 99, b"garbage", &[])?;
+        } else {
+            handover::send(&self.peer, handover::READY, b"", &[])?;
+        }
+        match handover::expect(&self.peer, handover::COMMIT, "COMMIT") {
+            Ok(_) | Err(HandoverError::Closed) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// New side: ask the daemon behind `control` for its state.
+pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
+    let fault = Fault::from_env();
+    if fault == Fault::ExitAtStart {
+        std::process::exit(1);
+    }
+    let peer =
+        UnixStream::connect(control).map_err(|e| UpgradeError::Control(control.into(), e))?;
+    peer.set_read_timeout(Some(STEP_TIMEOUT))
+        .map_err(|e| UpgradeError::Control(control.into(), e))?;
+    (&peer)
+        .write_all(b"handover\n")
+        .map_err(|e| UpgradeError::Control(control.into(), e))?;
+    handover::send(
+        &peer,
+        handover::HELLO,
+        format!("xvirtiofsd {VERSION} pid {}", std::process::id()).as_bytes(),
+        &[],
+    )?;
+    if fault == Fault::DieMidway {
+        let _ = handover::recv(&peer);
+        // SAFETY: abort takes no arguments; this is the fault being tested.
+        unsafe { libc::abort() };
+    }
+    let (mut blob, fds) = handover::recv_state(&peer)?;
+    match fault {
+        Fault::CorruptState if blob.len() > 40 => {
+            let i = blob.len() / 2;
+            blob[i] ^= 0x5a;
+        }
+        Fault::NewerFormat if blob.len() > 12 => {
+            blob[8..12].copy_from_slice(&(virtio_fs_ext::frame::FORMAT_VERSION + 1).to_le_bytes());
+        }
+        _ => {}
+    }
+    let incoming = Incoming {
+        state: match DaemonState::decode(&blob).and_then(|s| s.check(fds.len()).map(|()| s)) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = handover::send(
+                    &peer,
+                    handover::FAILED,
+                    crate::error_chain(&e).as_bytes(),
+                    &[],
+                );
+                return Err(e.into());
+            }
+        },
+        peer,
+        fds: fds.into_iter().map(Some).collect(),
+    };
+    info!(
+        "upgrade: received state of {} ({} descriptors, {} inodes, {} open files)",
+        incoming.state.writer_version,
+        incoming.fds.len(),
+        incoming.state.fs.inodes.len(),
+        incoming.state.fs.handles.len()
+    );
+    Ok(incoming)
+}
+
+/// `xvirtiofsd upgrade`: starts the new binary and reports how it went.
+pub fn run_client(
+    control: &Path,
+    binary: &Path,
+    timeout: Duration,
+) -> Result<String, UpgradeError> {
+    let mut child = Command::new(binary);
+    child
+        .arg("--handover-from")
+        .arg(control)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    // SAFETY: setsid is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        child.pre_exec(sys::new_session);
+    }
+    let started = Instant::now();
+    let mut child = child
+        .spawn()
+        .map_err(|e| UpgradeError::Spawn(binary.into(), e))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| UpgradeError::NotConfirmed(": no output pipe".into()))?;
+    // Read the new daemon's confirmation line, bounded in time.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(timeout).unwrap_or_default();
+    if let Some(rest) = line.strip_prefix("XVFS-UPGRADED ") {
+        // Let the child go on alone; it is the daemon now.
+        drop(child);
+        return Ok(format!(
+            "{} (in {} ms)",
+            rest.trim(),
+            started.elapsed().as_millis()
+        ));
+    }
+    let status = match child.try_wait() {
+        Ok(Some(s)) => format!(": it exited ({s})"),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            ": no confirmation in time".to_string()
+        }
+    };
+    Err(UpgradeError::NotConfirmed(status))
+}

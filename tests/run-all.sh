@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The whole test suite, in order: cargo fmt --check, cargo clippy (-D
+# warnings), cargo test (all in host/), a short cargo-fuzz run of the FUSE
+# request parser (XVFS_FUZZ_SECONDS, default 30), shellcheck on every shell
+# script, then every VM test (tests/vm/test_*.sh). Each step runs even when an earlier one
+# failed. Counts: one per fmt/clippy/shellcheck step, the passed/failed tests
+# of cargo test, and the assertions of each VM test. Ends with the line
+# "N passed, M failed"; exits non-zero on any failure.
+#
+# Environment: DAEMON (the daemon the VM tests use; default our xvirtiofsd),
+# XVFS_SKIP_VM=1 (skip the VM tests).
+set -euo pipefail
+
+# shellcheck source=vmm-config/functions.sh
+. "$(dirname "$0")/../vmm-config/functions.sh"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+PASSED=0
+FAILED=0
+FAILURES=()
+LOG_DIR=$XVFS_ROOT/build/test-logs
+
+count() {
+    local ok=$1 name=$2
+    if [ "$ok" -eq 0 ]; then
+        PASSED=$((PASSED + 1))
+        echo "== ok: $name"
+    else
+        FAILED=$((FAILED + 1))
+        FAILURES+=("$name")
+        echo "== FAIL: $name"
+    fi
+}
+
+# Run a step, teeing its output to build/test-logs/NAME.log; returns its status.
+run_logged() {
+    local name=$1 rc=0
+    shift
+    echo "== $name: $*"
+    "$@" 2>&1 | tee "$LOG_DIR/$name.log" || rc=$?
+    return "$rc"
+}
+
+step_simple() {
+    local name=$1 rc=0
+    shift
+    run_logged "$name" "$@" || rc=$?
+    count "$rc" "$name"
+}
+
+# cargo test: add up its "test result:" lines; a build failure counts as one failure.
+step_cargo_test() {
+    local rc=0 p f
+    run_logged cargo-test bash -c 'cd host && cargo test --workspace' || rc=$?
+    read -r p f < <(awk '/^test result:/ {for (i = 1; i < NF; i++) {if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i}}
+        END {print p + 0, f + 0}' "$LOG_DIR/cargo-test.log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1
+    fi
+    PASSED=$((PASSED + p))
+    FAILED=$((FAILED + f))
+    [ "$f" -eq 0 ] || FAILURES+=("cargo test ($f)")
+    echo "== cargo test: $p passed, $f failed"
+}
+
+# Every shell script of the project: *.sh, plus files whose first line names a shell.
+shell_scripts() {
+    (
+        cd "$XVFS_ROOT"
+        git ls-files --cached --others --exclude-standard 2>/dev/null ||
+            find . -type f -not -path './.git/*' | sed 's|^\./||'
+    ) | while IFS= read -r f; do
+        case "$f" in
+            host/target/* | build/* | shared/*) continue ;;
+            *.sh) echo "$f" ;;
+            *) head -n 1 "$XVFS_ROOT/$f" 2>/dev/null | grep -qE '^#!.*(/|env )(ba|da)?sh\b' && echo "$f" ;;
+        esac
+    done | sort -u
+}
+
+step_shellcheck() {
+    local -a files
+    mapfile -t files < <(shell_scripts)
+    step_simple shellcheck shellcheck -x "${files[@]}"
+}
+
+# A VM test: add up its "N passed, M failed" line; no such line counts as one failure.
+step_vm_test() {
+    local t=$1 name rc=0 p='' f=''
+    name=vm-$(basename "$t" .sh)
+    run_logged "$name" "$t" || rc=$?
+    read -r p f < <(tail -n 1 "$LOG_DIR/$name.log" | awk '/^[0-9]+ passed, [0-9]+ failed$/ {print $1, $3}') || true
+    if [ -z "$p" ]; then
+        p=0 f=1
+    elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1
+    fi
+    PASSED=$((PASSED + p))
+    FAILED=$((FAILED + f))
+    [ "$f" -eq 0 ] || FAILURES+=("$name ($f)")
+}
+
+main() {
+    cd "$XVFS_ROOT"
+    mkdir -p "$LOG_DIR"
+    need cargo shellcheck
+    step_simple cargo-fmt bash -c 'cd host && cargo fmt --all --check -- --color never'
+    step_simple cargo-clippy bash -c 'cd host && cargo clippy --workspace --all-targets -- -D warnings'
+    step_cargo_test
+    step_simple cargo-fuzz host/fuzz/run.sh "${XVFS_FUZZ_SECONDS:-30}"
+    step_shellcheck
+    if [ "${XVFS_SKIP_VM:-0}" = 1 ]; then
+        say "XVFS_SKIP_VM=1: the VM tests did NOT run (not counted as passed)"
+    else
+        local t
+        for t in tests/vm/test_*.sh; do
+            step_vm_test "$t"
+        done
+    fi
+    echo
+    [ "${#FAILURES[@]}" -eq 0 ] || echo "failed: ${FAILURES[*]} (logs: $LOG_DIR)"
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}
+
+main "$@"

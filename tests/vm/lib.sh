@@ -1,0 +1,81 @@
+# shellcheck shell=bash
+# Small library for the VM tests (source it).
+#
+#   vmt_init NAME           scratch dir $VMT_DIR (= build/tests/NAME, emptied), counters to 0
+#   vmt_guest SHARE CMD OUT run CMD in a guest on SHARE (DAEMON env, default our
+#                           xvirtiofsd); stdout -> OUT, run-vm's messages -> OUT.log;
+#                           returns the guest command's status
+#   assert_eq WANT GOT MSG  assert_ok MSG CMD...  assert_files_eq A B MSG
+#   pass MSG / fail MSG     count one assertion
+#   vmt_summary             print "N passed, M failed"; status 1 when M > 0
+
+# shellcheck source=vmm-config/functions.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../vmm-config/functions.sh"
+
+VMT_PASSED=0
+VMT_FAILED=0
+: "${DAEMON:=$XVFS_ROOT/host/target/release/xvirtiofsd}"
+export DAEMON
+
+vmt_init() {
+    VMT_NAME=$1
+    VMT_DIR=$XVFS_ROOT/build/tests/$VMT_NAME
+    rm -rf "$VMT_DIR"
+    mkdir -p "$VMT_DIR"
+    VMT_PASSED=0
+    VMT_FAILED=0
+    say "test $VMT_NAME: daemon $DAEMON, scratch $VMT_DIR"
+}
+
+pass() {
+    VMT_PASSED=$((VMT_PASSED + 1))
+    printf 'ok   %s\n' "$*"
+}
+
+fail() {
+    VMT_FAILED=$((VMT_FAILED + 1))
+    printf 'FAIL %s\n' "$*"
+}
+
+assert_eq() {
+    local want=$1 got=$2 msg=$3
+    if [ "$want" = "$got" ]; then
+        pass "$msg"
+    else
+        fail "$msg: expected '$want', got '$got'"
+    fi
+}
+
+assert_ok() {
+    local msg=$1
+    shift
+    if "$@"; then
+        pass "$msg"
+    else
+        fail "$msg (command failed: $*)"
+    fi
+}
+
+# Equal files, else the first lines of the diff.
+assert_files_eq() {
+    local a=$1 b=$2 msg=$3
+    if diff -u "$a" "$b" >"$VMT_DIR/last.diff" 2>&1; then
+        pass "$msg"
+    else
+        fail "$msg; diff $a $b:"
+        head -n 40 "$VMT_DIR/last.diff" | sed 's/^/     /'
+    fi
+}
+
+vmt_guest() {
+    local share=$1 cmd=$2 out=$3 rc=0
+    SHARE=$share CMD=$cmd XVFS_RUNDIR=$VMT_DIR/run \
+        "$XVFS_ROOT/vmm-config/run-vm" >"$out" 2>"$out.log" || rc=$?
+    sed 's/^/     /' "$out.log" | grep -E 'boot-to-mount|error' || true
+    return "$rc"
+}
+
+vmt_summary() {
+    echo "$VMT_PASSED passed, $VMT_FAILED failed"
+    [ "$VMT_FAILED" -eq 0 ]
+}

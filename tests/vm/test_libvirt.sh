@@ -1,0 +1,309 @@
+#!/usr/bin/env bash
+# VM test: xvirtiofsd under libvirt 11 (bookworm-backports).
+#
+# Brings up libvirt (vmm-config/libvirt-up), boots a transient domain with no
+# filesystem (virsh create), hot-plugs two shares served by xvirtiofsd -- one
+# libvirt-managed (<binary path>), one external (<source socket>, daemon
+# started here with --socket-group libvirt-qemu) -- and checks, each step an
+# assertion: the guest's automount helper mounts both on /mnt/TAG, the guest
+# reads host files and writes files back (checked on the host), the managed
+# daemon is live-upgraded (vmm-config/xvfs-libvirt-upgrade) while the guest
+# writes to it, both shares detach (virsh detach-device) and their daemons
+# exit, and the domain is destroyed with nothing left running.
+#
+# Guest commands travel as files on the managed share (tests/vm/libvirt-agent.sh);
+# their exit status comes back on the serial console log. Every wait is bounded.
+# Holds /tmp/xvfs-vm.lock while the domain exists. About 60 s under TCG.
+set -euo pipefail
+
+# shellcheck source=tests/vm/lib.sh
+. "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/vm/libvirt-agent.sh
+. "$(dirname "$0")/libvirt-agent.sh"
+
+export LIBVIRT_DEFAULT_URI=qemu:///system
+VM_LOCK=/tmp/xvfs-vm.lock
+DOM=xvfs-test-$$
+TAG_M=xvfsm
+TAG_S=xvfss
+EXT_PID=
+MANAGED_PIDS=()
+LOCK_FD=
+
+vmt_init libvirt
+SHARE_M=$VMT_DIR/share-managed
+SHARE_S=$VMT_DIR/share-socket
+SOCK_DIR=$(mktemp -d /tmp/xvfs-lv.XXXXXX)
+EXT_SOCK=$SOCK_DIR/ext.sock
+CONSOLE=$VMT_DIR/console.log
+XML=$VMT_DIR/xml
+mkdir -p "$SHARE_M" "$SHARE_S" "$XML"
+# The guest, QEMU (user libvirt-qemu) and the logs need these readable.
+chmod 755 "$VMT_DIR" "$SOCK_DIR"
+
+virsh_() {
+    timeout 60 virsh -q "$@"
+}
+
+dom_exists() {
+    timeout 30 virsh -q domid "$DOM" >/dev/null 2>&1
+}
+
+alive() {
+    [ -n "$1" ] && [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# wait_gone PID SECONDS
+wait_gone() {
+    local pid=$1 deadline=$((SECONDS + $2))
+    while alive "$pid"; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.2
+    done
+}
+
+# Stop a daemon we (or libvirt for us) started, by PID: TERM, then KILL.
+stop_pid() {
+    local pid=$1
+    alive "$pid" || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    wait_gone "$pid" 5 || kill -KILL "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local rc=$? p
+    if dom_exists; then
+        say "cleanup: destroying $DOM"
+        timeout 60 virsh -q destroy "$DOM" >/dev/null 2>&1 || true
+    fi
+    stop_pid "$EXT_PID"
+    for p in "${MANAGED_PIDS[@]}"; do
+        stop_pid "$p"
+    done
+    rm -rf "$SOCK_DIR"
+    [ -z "$LOCK_FD" ] || exec {LOCK_FD}>&-
+    return "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The pid libvirt recorded for the daemon of TAG (empty when none).
+managed_pid() {
+    local tag=$1 out
+    out=$("$XVFS_ROOT/vmm-config/xvfs-libvirt-upgrade" "$DOM" "$tag" --print 2>/dev/null) || return 0
+    sed -n 's/^pid=//p' <<<"$out"
+}
+
+# Information only: does PID keep FILE open (libvirt's pid-file lock)?
+holds_file() {
+    local fd
+    for fd in /proc/"$1"/fd/*; do
+        [ "$(readlink "$fd" 2>/dev/null)" != "$2" ] || { echo yes; return 0; }
+    done
+    echo no
+}
+
+guest() {
+    agent_run "$SHARE_M" "$CONSOLE" "${2:-60}" "$1"
+}
+
+show_out() {
+    [ ! -s "${AGENT_OUT:-}" ] || sed 's/^/     guest: /' "$AGENT_OUT" | head -n 20
+}
+
+# ---- 1. libvirt host -------------------------------------------------------
+# Not under the VM lock: libvirtd, when started here, must not inherit it.
+assert_ok "libvirt-up: libvirtd and virtlogd answer" \
+    timeout 600 "$XVFS_ROOT/vmm-config/libvirt-up"
+LV_VERSION=$(virsh_ version 2>/dev/null | awk -F': *' '/Using library/ {print $2} /Running hypervisor/ {print $2}' | paste -sd' ')
+echo "     versions: $LV_VERSION"
+
+say "waiting for $VM_LOCK (no two VMs at once)"
+exec {LOCK_FD}>"$VM_LOCK"
+if ! flock -w 1800 "$LOCK_FD"; then
+    fail "could not get $VM_LOCK within 30 min"
+    vmt_summary
+    exit 1
+fi
+
+# ---- 2. boot a transient domain without filesystems ------------------------
+"$XVFS_ROOT/vmm-config/xvfs-libvirt-xml" domain "$DOM" --console "$CONSOLE" \
+    --cmd "$(agent_bootstrap)" >"$XML/domain.xml"
+assert_ok "domain XML rendered (memfd, direct kernel boot, type $(sed -n "s/^<domain type='\(.*\)'>/\1/p" "$XML/domain.xml"))" \
+    grep -q "<source type='memfd'/>" "$XML/domain.xml"
+assert_ok "virsh create (transient domain)" virsh_ create "$XML/domain.xml"
+assert_eq running "$(virsh_ domstate "$DOM" 2>/dev/null | head -n 1)" "domain is running"
+# Attach only once the guest has enumerated PCI, or the device looks cold-plugged.
+assert_ok "guest booted to /init (console shows XVFS-CMD-BEGIN)" \
+    wait_for_line "$CONSOLE" '^XVFS-CMD-BEGIN' 120
+assert_eq 0 "$(virsh_ dumpxml "$DOM" | grep -c '<filesystem')" "domain has no filesystem before hot-plug"
+
+# ---- 3. hot-plug the libvirt-managed share --------------------------------
+printf 'hello from the host %s\n' "$(date +%s%N)" >"$SHARE_M/host.txt"
+head -c 3145728 /dev/urandom >"$SHARE_S/big.bin"
+printf 'socket share file\n' >"$SHARE_S/host-s.txt"
+agent_install "$SHARE_M"
+"$XVFS_ROOT/vmm-config/xvfs-libvirt-xml" fs-managed "$TAG_M" "$SHARE_M" \
+    --binary "$DAEMON" >"$XML/fs-managed.xml"
+assert_ok "virsh attach-device (managed, <binary path>) --live" \
+    virsh_ attach-device "$DOM" "$XML/fs-managed.xml" --live
+PID_M=$(managed_pid "$TAG_M")
+[ -z "$PID_M" ] || MANAGED_PIDS+=("$PID_M")
+assert_ok "libvirt started xvirtiofsd for $TAG_M (pid ${PID_M:-none})" alive "$PID_M"
+if [ -n "$PID_M" ]; then
+    CMDLINE_M=$(tr '\0' ' ' <"/proc/$PID_M/cmdline")
+    echo "     libvirt spawned: $CMDLINE_M"
+    assert_ok "managed daemon got --fd= and --shared-dir from libvirt" \
+        grep -qE -- "--fd=[0-9]+ --shared-dir $SHARE_M" <<<"$CMDLINE_M"
+fi
+assert_ok "guest automount helper mounted /mnt/$TAG_M" \
+    wait_for_line "$CONSOLE" "^XVFS-AUTOMOUNTED $TAG_M " 60
+assert_ok "guest agent started from the managed share" agent_wait_ready "$CONSOLE" 30
+
+# ---- 4. file I/O on the managed share -------------------------------------
+rc=0
+guest "cat /mnt/$TAG_M/host.txt && grep virtiofs /proc/mounts && echo 'written by the guest' >/mnt/$TAG_M/from-guest.txt && sync" || rc=$?
+assert_eq 0 "$rc" "guest reads and writes /mnt/$TAG_M"
+assert_ok "guest read the host file on $TAG_M" grep -qxF "$(cat "$SHARE_M/host.txt")" "$AGENT_OUT"
+assert_eq "written by the guest" "$(cat "$SHARE_M/from-guest.txt" 2>/dev/null)" "host sees the guest's file on $TAG_M"
+
+# ---- 5. hot-plug the external (socket) share ------------------------------
+"$DAEMON" --socket-path "$EXT_SOCK" --socket-group libvirt-qemu --shared-dir "$SHARE_S" \
+    </dev/null >"$VMT_DIR/ext-daemon.log" 2>&1 {LOCK_FD}>&- &
+EXT_PID=$!
+assert_ok "external daemon created its socket" \
+    timeout 10 bash -c "until [ -S '$EXT_SOCK' ]; do sleep 0.1; done"
+assert_eq "root:libvirt-qemu srwxrwx---" "$(stat -c '%U:%G %A' "$EXT_SOCK" 2>/dev/null)" \
+    "external socket is group libvirt-qemu, mode 0770"
+"$XVFS_ROOT/vmm-config/xvfs-libvirt-xml" fs-socket "$TAG_S" "$EXT_SOCK" >"$XML/fs-socket.xml"
+assert_ok "virsh attach-device (external, <source socket>) --live" \
+    virsh_ attach-device "$DOM" "$XML/fs-socket.xml" --live
+assert_ok "guest automount helper mounted /mnt/$TAG_S" \
+    wait_for_line "$CONSOLE" "^XVFS-AUTOMOUNTED $TAG_S " 60
+assert_eq 2 "$(virsh_ dumpxml "$DOM" | grep -c '<filesystem')" "libvirt lists two filesystems"
+
+# ---- 6. file I/O on the socket share, and across both ---------------------
+rc=0
+guest "cat /mnt/$TAG_S/host-s.txt && sha256sum /mnt/$TAG_S/big.bin && echo 'guest to socket share' >/mnt/$TAG_S/from-guest.txt && cp /mnt/$TAG_S/big.bin /mnt/$TAG_M/big-copy.bin && sync" || rc=$?
+assert_eq 0 "$rc" "guest reads /mnt/$TAG_S, writes it, copies $TAG_S -> $TAG_M"
+assert_ok "guest read the host file on $TAG_S" grep -qx 'socket share file' "$AGENT_OUT"
+assert_ok "guest's sha256 of a 3 MiB host file matches the host's" \
+    grep -q "^$(sha256sum "$SHARE_S/big.bin" | cut -d' ' -f1) " "$AGENT_OUT"
+assert_eq "guest to socket share" "$(cat "$SHARE_S/from-guest.txt" 2>/dev/null)" "host sees the guest's file on $TAG_S"
+assert_ok "copy through the guest ($TAG_S -> $TAG_M) is identical on the host" \
+    cmp -s "$SHARE_S/big.bin" "$SHARE_M/big-copy.bin"
+
+# ---- 7. live upgrade of the managed daemon under guest I/O -----------------
+# The writer: appends 1, 2, 3... to seq.txt and writes a 64 KiB block plus its
+# checksum each round; any error is counted in /tmp/io.err (guest).
+# shellcheck disable=SC2016 # expanded in the guest
+WRITER='mkdir -p /mnt/'$TAG_M'/io && (i=0; e=0; while [ ! -e /tmp/io.stop ]; do i=$((i+1)); echo $i >>/mnt/'$TAG_M'/io/seq.txt || e=$((e+1)); dd if=/dev/urandom of=/tmp/blk bs=64k count=1 2>/dev/null; cp /tmp/blk /mnt/'$TAG_M'/io/blk.$i || e=$((e+1)); (cd /tmp && sha256sum blk | sed "s/blk$/blk.$i/") >>/mnt/'$TAG_M'/io/sums || e=$((e+1)); cat /mnt/'$TAG_S'/host-s.txt >/dev/null || e=$((e+1)); sleep 0.1; done; echo $e >/tmp/io.err; echo $i >/tmp/io.rounds) >/dev/null 2>&1 &'
+rc=0
+guest "$WRITER" || rc=$?
+assert_eq 0 "$rc" "guest writer started on /mnt/$TAG_M"
+assert_ok "guest writer is running (10 rounds on the host)" \
+    timeout 60 bash -c "until [ \"\$(wc -l <'$SHARE_M/io/seq.txt' 2>/dev/null || echo 0)\" -ge 10 ]; do sleep 0.2; done"
+
+LOOKUP=$("$XVFS_ROOT/vmm-config/xvfs-libvirt-upgrade" "$DOM" "$TAG_M" --print 2>&1) || true
+printf '     lookup: %s\n' "${LOOKUP//$'\n'/ }"
+assert_eq "$PID_M" "$(sed -n 's/^pid=//p' <<<"$LOOKUP")" "xvfs-libvirt-upgrade finds the managed daemon by domain and tag"
+CONTROL=$(sed -n 's/^control=//p' <<<"$LOOKUP")
+PIDFILE=$(sed -n 's/^pidfile=//p' <<<"$LOOKUP")
+echo "     daemon $PID_M holds libvirt's pid file open: $(holds_file "$PID_M" "$PIDFILE")"
+# upgrade_once N: one live upgrade of the managed daemon while the writer runs.
+upgrade_once() {
+    local n=$1 rc=0 before new old_cg
+    before=$(wc -l <"$SHARE_M/io/seq.txt")
+    old_cg=$(cat "/proc/$PID_M/cgroup" 2>/dev/null)
+    timeout 180 "$XVFS_ROOT/vmm-config/xvfs-libvirt-upgrade" "$DOM" "$TAG_M" --binary "$DAEMON" \
+        {LOCK_FD}>&- >"$VMT_DIR/upgrade-$n.log" 2>&1 || rc=$?
+    sed 's/^/     upgrade: /' "$VMT_DIR/upgrade-$n.log"
+    assert_eq 0 "$rc" "upgrade $n: xvfs-libvirt-upgrade $DOM $TAG_M --binary \$DAEMON"
+    new=$(managed_pid "$TAG_M")
+    [ -z "$new" ] || MANAGED_PIDS+=("$new")
+    assert_ok "upgrade $n: libvirt's pid file names the serving daemon (pid ${new:-none}, was $PID_M)" alive "$new"
+    assert_ok "upgrade $n: old daemon (pid $PID_M) is gone or is the new one" \
+        bash -c "[ '$new' = '$PID_M' ] || ! [ -d /proc/$PID_M ] || [ \"\$(awk '{print \$3}' /proc/$PID_M/stat)\" = Z ]"
+    assert_eq "$old_cg" "$(cat "/proc/$new/cgroup" 2>/dev/null)" "upgrade $n: new daemon is in the old one's cgroups (libvirt's, per domain)"
+    assert_ok "upgrade $n: guest I/O goes on (10 more rounds)" \
+        timeout 60 bash -c "until [ \"\$(wc -l <'$SHARE_M/io/seq.txt')\" -ge $((before + 10)) ]; do sleep 0.2; done"
+    PID_M=${new:-$PID_M}
+}
+
+if "$DAEMON" upgrade --help >/dev/null 2>&1; then
+    assert_ok "control socket $CONTROL exists" test -S "$CONTROL"
+    # Twice: the second one finds the daemon through the pid file the first updated.
+    upgrade_once 1
+    upgrade_once 2
+    echo "     daemon $PID_M holds libvirt's pid file open: $(holds_file "$PID_M" "$PIDFILE")"
+else
+    fail "live upgrade: '$DAEMON upgrade' does not exist yet (xvirtiofsd upgrade --help fails)"
+    sleep 2
+fi
+rc=0
+guest "touch /tmp/io.stop; i=0; while [ ! -e /tmp/io.rounds ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done; echo rounds=\$(cat /tmp/io.rounds) errors=\$(cat /tmp/io.err)" || rc=$?
+assert_eq 0 "$rc" "guest writer stopped"
+IO_SUMMARY=$(grep -o 'rounds=.*' "$AGENT_OUT" 2>/dev/null || true)
+echo "     writer: $IO_SUMMARY"
+assert_eq 0 "$(sed -n 's/.*errors=//p' <<<"$IO_SUMMARY")" "guest writer saw no I/O error"
+ROUNDS=$(sed -n 's/rounds=\([0-9]*\).*/\1/p' <<<"$IO_SUMMARY")
+assert_eq "$(seq 1 "${ROUNDS:-0}" | sha256sum)" "$(sha256sum <"$SHARE_M/io/seq.txt")" \
+    "seq.txt on the host is exactly 1..${ROUNDS:-?} (no lost or doubled append)"
+assert_ok "every block the guest wrote has its checksum on the host" \
+    bash -c "cd '$SHARE_M/io' && [ \"\$(wc -l <sums)\" -eq '${ROUNDS:-0}' ] && sha256sum -c --quiet sums"
+
+# ---- 8. detach the external share ------------------------------------------
+# Stop the automount helper first, so it does not mount a share again between
+# our umount and the detach.
+# shellcheck disable=SC2016 # expanded in the guest
+STOP_AUTOMOUNT='for p in /proc/[0-9]*; do grep -q xvfs-automount $p/cmdline 2>/dev/null && kill ${p#/proc/}; done; true'
+rc=0
+guest "$STOP_AUTOMOUNT; umount /mnt/$TAG_S" || rc=$?
+assert_eq 0 "$rc" "guest unmounts /mnt/$TAG_S"
+assert_ok "virsh detach-device (external)" virsh_ detach-device "$DOM" "$XML/fs-socket.xml" --live
+rc=0
+guest "i=0; while grep -qx $TAG_S /sys/fs/virtiofs/*/tag; do [ \$i -lt 150 ] || exit 1; sleep 0.2; i=\$((i+1)); done" || rc=$?
+assert_eq 0 "$rc" "device $TAG_S is gone from the guest"
+assert_ok "external daemon exited after the detach" wait_gone "$EXT_PID" 30
+EXT_RC=0
+wait "$EXT_PID" 2>/dev/null || EXT_RC=$?
+assert_eq 0 "$EXT_RC" "external daemon exit status"
+EXT_PID=
+assert_eq 1 "$(virsh_ dumpxml "$DOM" | grep -c '<filesystem')" "libvirt lists one filesystem"
+
+# ---- 9. detach the managed share, then destroy the domain ------------------
+# The agent runs from /tmp, so it can unmount its own share; it reports on the
+# console when the device is gone. The guest must not power off by itself
+# then: libvirt is still finishing the detach (chardev-remove on the monitor)
+# after the guest has ejected the device, and a QEMU that exits in between
+# makes virsh fail with "Unable to read from monitor". So the guest only
+# waits (its /init powers off after 180 s if this test died), and the test
+# ends the domain once every check is done.
+# shellcheck disable=SC2016 # expanded in the guest
+FINAL="umount /mnt/$TAG_M || exit 1
+(i=0; while grep -qx $TAG_M /sys/fs/virtiofs/*/tag 2>/dev/null && [ \$i -lt 300 ]; do sleep 0.2; i=\$((i+1)); done
+ grep -qx $TAG_M /sys/fs/virtiofs/*/tag 2>/dev/null || echo XVFS-DETACH-SEEN $TAG_M >/dev/console
+ sleep 180; touch /tmp/agent.quit) >/dev/null 2>&1 &"
+rc=0
+guest "$FINAL" || rc=$?
+assert_eq 0 "$rc" "guest unmounts /mnt/$TAG_M (the agent's own share)"
+assert_ok "virsh detach-device (managed)" virsh_ detach-device "$DOM" "$XML/fs-managed.xml" --live
+assert_ok "device $TAG_M is gone from the guest" wait_for_line "$CONSOLE" "^XVFS-DETACH-SEEN $TAG_M" 60
+assert_ok "managed daemon (pid $PID_M) exited after the detach" wait_gone "$PID_M" 30
+assert_eq 0 "$(virsh_ dumpxml "$DOM" 2>/dev/null | grep -c '<filesystem')" "libvirt lists no filesystem"
+assert_eq running "$(virsh_ domstate "$DOM" 2>/dev/null | head -n 1)" "domain still running after both detaches"
+assert_ok "virsh destroy" virsh_ destroy "$DOM"
+assert_ok "domain is gone" \
+    timeout 90 bash -c "while timeout 30 virsh -q domid '$DOM' >/dev/null 2>&1; do sleep 0.5; done"
+LEFT=()
+for p in "${MANAGED_PIDS[@]}"; do
+    ! alive "$p" || LEFT+=("$p")
+done
+assert_eq "" "${LEFT[*]}" "no xvirtiofsd left running"
+
+if [ "$VMT_FAILED" -gt 0 ]; then
+    echo "     console (last lines):"
+    tr -d '\r' <"$CONSOLE" | tail -n 15 | sed 's/^/     | /'
+fi
+vmt_summary

@@ -1,0 +1,15 @@
+//! The extensions xvirtiofs adds to virtio-fs, shared by both sides of a
+//! handover (the running daemon and the one that takes over):
+//!
+//! - [`state`]: everything a daemon knows about its device and file system,
+//!   as plain serializable data, with file descriptors referred to by index;
+//! - [`frame`]: the versioned, checksummed envelope around a state blob;
+//! - [`handover`]: the messages two daemons exchange over a Unix socket to
+//!   pass the state and its file descriptors (SCM_RIGHTS, in batches).
+//!
+//! The specification is `docs/live-upgrade.md` in the repository.
+
+pub mod crc32;
+pub mod frame;
+pub mod handover;
+pub mod state;

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Install everything the VM workflow needs on Debian 12 (bookworm). Idempotent:
+# every step first checks whether its result is already there, so a second
+# run takes well under a second.
+#
+# Steps: bookworm-backports apt source, host packages (QEMU from backports),
+# Rust (rustup, only if cargo is missing) and the upstream virtiofsd 1.14.0
+# (the benchmark baseline) under /opt/xvirtiofs/virtiofsd.
+set -euo pipefail
+
+# shellcheck source=vmm-config/functions.sh
+. "$(dirname "$0")/functions.sh"
+
+BACKPORTS_LIST=/etc/apt/sources.list.d/backports.list
+VIRTIOFSD_VERSION=1.14.0
+VIRTIOFSD_ROOT=/opt/xvirtiofs/virtiofsd
+# Packages from bookworm-backports (bookworm's QEMU 7.2 is too old).
+BPO_PKGS=(qemu-system-x86 qemu-utils)
+# Packages from bookworm itself.
+PKGS=(busybox-static fio cpio zstd libseccomp-dev libcap-ng-dev pkg-config
+    shellcheck python3-matplotlib gcc libc6-dev ca-certificates curl)
+
+print_help() {
+    cat <<'HELP'
+usage: vmm-config/install-deps.sh
+Installs the host prerequisites of xvirtiofs (run as root, Debian 12).
+HELP
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "must run as root (or with sudo available) to install packages"
+    fi
+}
+
+# The Debian mirror apt already uses, so backports comes from the same place.
+debian_mirror() {
+    local m=""
+    if [ -r /etc/apt/sources.list.d/debian.sources ]; then
+        m=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources | awk '{print $1; exit}')
+    fi
+    if [ -z "$m" ] && [ -r /etc/apt/sources.list ]; then
+        m=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list)
+    fi
+    printf '%s\n' "${m:-http://deb.debian.org/debian}"
+}
+
+APT_UPDATED=0
+apt_update_once() {
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        say "apt-get update"
+        as_root apt-get update -qq
+        APT_UPDATED=1
+    fi
+}
+
+add_backports() {
+    if grep -qsE '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+        || grep -qsE '^Suites:.*bookworm-backports' /etc/apt/sources.list.d/*.sources; then
+        return 0
+    fi
+    local m
+    m=$(debian_mirror)
+    say "adding apt source: deb $m bookworm-backports main -> $BACKPORTS_LIST"
+    echo "deb $m bookworm-backports main" | as_root tee "$BACKPORTS_LIST" >/dev/null
+    APT_UPDATED=0
+    apt_update_once
+}
+
+installed_version() {
+    dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null \
+        | awk '$1 == "installed" {print $2}'
+}
+
+install_packages() {
+    local missing=() bpo_missing=() p v
+    for p in "${PKGS[@]}"; do
+        [ -n "$(installed_version "$p")" ] || missing+=("$p")
+    done
+    for p in "${BPO_PKGS[@]}"; do
+        v=$(installed_version "$p")
+        # backports carries QEMU 10; anything older is bookworm's 7.2.
+        if [ -z "$v" ] || dpkg --compare-versions "$v" lt 1:9; then
+            bpo_missing+=("$p")
+        fi
+    done
+    export DEBIAN_FRONTEND=noninteractive
+    if [ "${#bpo_missing[@]}" -gt 0 ]; then
+        apt_update_once
+        say "installing from bookworm-backports: ${bpo_missing[*]}"
+        as_root apt-get install -y -q --no-install-recommends -t bookworm-backports "${bpo_missing[@]}"
+    fi
+    if [ "${#missing[@]}" -gt 0 ]; then
+        apt_update_once
+        say "installing: ${missing[*]}"
+        as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+}
+
+install_rust() {
+    export PATH="$HOME/.cargo/bin:$PATH"
+    if ! command -v cargo >/dev/null 2>&1; then
+        local url=https://static.rust-lang.org/rustup/dist/x86_64-unknown-linux-gnu/rustup-init
+        say "cargo not found; installing Rust with rustup from static.rust-lang.org"
+        if ! curl -sSfI --max-time 30 "$url" >/dev/null; then
+            die "cannot reach $url (rustup's download host); install Rust by hand (https://rustup.rs) and re-run 'make deps'"
+        fi
+        local tmp
+        tmp=$(mktemp)
+        curl -sSf --proto '=https' --tlsv1.2 --max-time 300 -o "$tmp" "$url" \
+            || die "downloading rustup-init from $url failed"
+        chmod +x "$tmp"
+        "$tmp" -y --no-modify-path --profile minimal -c rustfmt -c clippy \
+            || die "rustup-init failed"
+        rm -f "$tmp"
+    fi
+    # make test needs rustfmt and clippy as well.
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null 2>&1 \
+            || die "cargo fmt / cargo clippy missing and no rustup to add them"
+        say "adding rustup components rustfmt and clippy"
+        rustup component add rustfmt clippy
+    fi
+}
+
+install_virtiofsd() {
+    local bin="$VIRTIOFSD_ROOT/bin/virtiofsd"
+    if [ -x "$bin" ]; then
+        return 0
+    fi
+    say "building upstream virtiofsd $VIRTIOFSD_VERSION into $VIRTIOFSD_ROOT (about 2 minutes)"
+    cargo install virtiofsd --version "$VIRTIOFSD_VERSION" --locked --root "$VIRTIOFSD_ROOT" \
+        || die "cargo install virtiofsd $VIRTIOFSD_VERSION failed"
+}
+
+main() {
+    case "${1:-}" in
+        -h | --help) print_help; return 0 ;;
+        "") ;;
+        *) print_help >&2; die "unexpected argument: $1" ;;
+    esac
+    [ -r /etc/debian_version ] || die "this script supports Debian 12 (bookworm) only"
+    add_backports
+    install_packages
+    install_rust
+    install_virtiofsd
+    say "deps ok: $(qemu-system-x86_64 --version | head -1), $(cargo --version), virtiofsd $VIRTIOFSD_VERSION"
+}
+
+main "$@"
