@@ -53,8 +53,18 @@ APT_UPDATED=0
 apt_update_once() {
     if [ "$APT_UPDATED" -eq 0 ]; then
         say "apt-get update"
-        as_root apt-get update -qq
-        APT_UPDATED=1
+        # A fresh machine may still be refreshing its own lists (apt lock) or
+        # meet a mirror mid-sync: retry a few times before giving up.
+        local try
+        for try in 1 2 3 4 5; do
+            if as_root apt-get -o DPkg::Lock::Timeout=120 update -qq; then
+                APT_UPDATED=1
+                return 0
+            fi
+            say "apt-get update failed (try $try of 5); retrying in $((try * 5)) s"
+            sleep $((try * 5))
+        done
+        die "apt-get update keeps failing; check /etc/apt/sources.list.d and the network"
     fi
 }
 
@@ -92,12 +102,12 @@ install_packages() {
     if [ "${#bpo_missing[@]}" -gt 0 ]; then
         apt_update_once
         say "installing from bookworm-backports: ${bpo_missing[*]}"
-        as_root apt-get install -y -q --no-install-recommends -t bookworm-backports "${bpo_missing[@]}"
+        as_root apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends -t bookworm-backports "${bpo_missing[@]}"
     fi
     if [ "${#missing[@]}" -gt 0 ]; then
         apt_update_once
         say "installing: ${missing[*]}"
-        as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+        as_root apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
     fi
 }
 
