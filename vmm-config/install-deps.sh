@@ -6,7 +6,8 @@
 # Steps: bookworm-backports apt source, host packages (QEMU from backports),
 # Rust (rustup, only if cargo is missing) and the upstream virtiofsd 1.14.0
 # (the benchmark baseline) under /opt/xvirtiofs/virtiofsd.
-set -euo pipefail
+set -eEuo pipefail
+trap 'echo "install-deps: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 # shellcheck source=vmm-config/functions.sh
 . "$(dirname "$0")/functions.sh"
@@ -82,8 +83,9 @@ add_backports() {
 }
 
 installed_version() {
-    dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null \
-        | awk '$1 == "installed" {print $2}'
+    # dpkg-query fails for a package it has never heard of: that is "not installed".
+    { dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null || true; } |
+        awk '$1 == "installed" {print $2}'
 }
 
 install_packages() {
