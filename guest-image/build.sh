@@ -6,7 +6,10 @@
 #              fetched with apt-get download, unpacked with dpkg-deb -x; the
 #              zstd payload of its bzImage is decompressed to the ELF vmlinux
 #              (PVH entry; boots ~3 s faster under TCG than the bzImage).
-#              Everything virtio-fs needs is built in (=y): no modules.
+#              Everything virtio-fs needs is built in (=y). Two modules come
+#              along, decompressed: button.ko (ACPI power button) and
+#              evdev.ko, so that `virsh shutdown` / QMP system_powerdown
+#              powers the guest off cleanly (/init watches the button).
 #   initramfs  busybox (static) + fio and every library ldd lists + the files
 #              in guest-image/rootfs/ (/init, /bin/xvfs-automount) +
 #              guest-image/overlay/ (if present) + the lines "HOST_PATH GUEST_PATH"
@@ -29,6 +32,9 @@ ROOTFS_SRC=$HERE/rootfs
 OVERLAY=$HERE/overlay
 EXTRA_LIST=$OUT/extra-files.txt
 KERNEL_PATTERN='^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$'
+# Modules /init loads (kernel/ paths in the package; none has a dependency).
+KERNEL_MODULES=(drivers/acpi/button drivers/input/evdev)
+KERNEL_DIR=
 
 print_help() {
     cat <<'HELP'
@@ -77,15 +83,43 @@ extract_vmlinux() {
     die "no zstd-compressed ELF found in $bzimage"
 }
 
+# Copy KERNEL_MODULES out of an unpacked package into DIR/modules, decompressed.
+extract_modules() {
+    local x=$1 dir=$2 m src name
+    mkdir -p "$dir/modules"
+    for m in "${KERNEL_MODULES[@]}"; do
+        src=$(find "$x"/lib/modules/*/kernel -path "*/kernel/$m.ko*" | head -1)
+        [ -n "$src" ] || die "the kernel package has no $m.ko"
+        name=$(basename "$m").ko
+        case "$src" in
+            *.ko.xz) xz -dc "$src" >"$dir/modules/$name" ;;
+            *.ko.zst) zstd -dcq "$src" >"$dir/modules/$name" ;;
+            *.ko.gz) gzip -dc "$src" >"$dir/modules/$name" ;;
+            *.ko) cp "$src" "$dir/modules/$name" ;;
+            *) die "unexpected module file $src" ;;
+        esac
+        is_elf "$dir/modules/$name" || die "$src did not decompress to an ELF module"
+    done
+}
+
+kernel_cached() {
+    local dir=$1 m
+    [ -s "$dir/vmlinux" ] && is_elf "$dir/vmlinux" || return 1
+    for m in "${KERNEL_MODULES[@]}"; do
+        [ -s "$dir/modules/$(basename "$m").ko" ] || return 1
+    done
+}
+
 build_kernel() {
     local pkg ver dir tmp vmlinuz
     read -r pkg ver < <(find_kernel_package)
     dir=$OUT/kernel-${ver//[^A-Za-z0-9.+~-]/_}
-    if [ -z "$FORCE" ] && [ -s "$dir/vmlinux" ] && is_elf "$dir/vmlinux"; then
+    KERNEL_DIR=$dir
+    if [ -z "$FORCE" ] && kernel_cached "$dir"; then
         say "kernel: cached $pkg $ver"
     else
         say "kernel: downloading $pkg $ver"
-        need apt-get dpkg-deb zstd
+        need apt-get dpkg-deb zstd xz
         tmp=$(mktemp -d "$OUT/kernel-tmp.XXXXXX")
         TMP_DIRS+=("$tmp")
         (cd "$tmp" && apt-get download -q "$pkg=$ver" 2>&1 | grep -v 'unsandboxed' >&2) \
@@ -97,6 +131,7 @@ build_kernel() {
         mkdir -p "$dir"
         extract_vmlinux "$vmlinuz" "$dir/vmlinux.part"
         cp "$tmp"/x/boot/config-* "$dir/config"
+        extract_modules "$tmp/x" "$dir"
         echo "$pkg $ver" >"$dir/package"
         mv "$dir/vmlinux.part" "$dir/vmlinux"
         rm -rf "$tmp"
@@ -123,6 +158,7 @@ initramfs_key() {
         echo "fio $(pkg_version fio)"
         echo "libc6 $(pkg_version libc6)"
         sha256sum "$0"
+        (cd "$KERNEL_DIR/modules" && sha256sum ./*.ko)
         (cd "$ROOTFS_SRC" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
         if [ -d "$OVERLAY" ]; then
             (cd "$OVERLAY" && find . \( -type f -o -type l \) -print0 | sort -z | xargs -0 -r sha256sum)
@@ -168,6 +204,8 @@ stage_rootfs() {
     if [ "$(id -u)" -eq 0 ]; then
         mknod -m 600 "$root/dev/console" c 5 1
     fi
+    mkdir -p "$root/lib/modules"
+    cp "$KERNEL_DIR"/modules/*.ko "$root/lib/modules/"
     cp -a "$ROOTFS_SRC/." "$root/"
     if [ -d "$OVERLAY" ]; then
         say "initramfs: adding $OVERLAY"

@@ -18,7 +18,7 @@ VIRTIOFSD_ROOT=/opt/xvirtiofs/virtiofsd
 # Packages from bookworm-backports (bookworm's QEMU 7.2 is too old).
 BPO_PKGS=(qemu-system-x86 qemu-utils)
 # Packages from bookworm itself.
-PKGS=(busybox-static fio cpio zstd libseccomp-dev libcap-ng-dev pkg-config
+PKGS=(busybox-static fio cpio zstd xz-utils libseccomp-dev libcap-ng-dev pkg-config
     shellcheck python3-matplotlib gcc libc6-dev ca-certificates curl)
 
 print_help() {

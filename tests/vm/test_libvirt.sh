@@ -9,7 +9,7 @@
 # reads host files and writes files back (checked on the host), the managed
 # daemon is live-upgraded (vmm-config/xvfs-libvirt-upgrade) while the guest
 # writes to it, both shares detach (virsh detach-device) and their daemons
-# exit, and the domain is destroyed with nothing left running.
+# exit, and `virsh shutdown` powers the guest off (ACPI power button).
 #
 # Guest commands travel as files on the managed share (tests/vm/libvirt-agent.sh);
 # their exit status comes back on the serial console log. Every wait is bounded.
@@ -272,19 +272,19 @@ assert_eq 0 "$EXT_RC" "external daemon exit status"
 EXT_PID=
 assert_eq 1 "$(virsh_ dumpxml "$DOM" | grep -c '<filesystem')" "libvirt lists one filesystem"
 
-# ---- 9. detach the managed share, then destroy the domain ------------------
+# ---- 9. detach the managed share, then virsh shutdown ----------------------
 # The agent runs from /tmp, so it can unmount its own share; it reports on the
 # console when the device is gone. The guest must not power off by itself
 # then: libvirt is still finishing the detach (chardev-remove on the monitor)
 # after the guest has ejected the device, and a QEMU that exits in between
-# makes virsh fail with "Unable to read from monitor". So the guest only
-# waits (its /init powers off after 180 s if this test died), and the test
-# ends the domain once every check is done.
+# makes virsh fail with "Unable to read from monitor". So the guest waits, and
+# the test shuts the domain down once the detach is done: `virsh shutdown`
+# presses the ACPI power button, which the guest's /init turns into a clean
+# power-off.
 # shellcheck disable=SC2016 # expanded in the guest
 FINAL="umount /mnt/$TAG_M || exit 1
 (i=0; while grep -qx $TAG_M /sys/fs/virtiofs/*/tag 2>/dev/null && [ \$i -lt 300 ]; do sleep 0.2; i=\$((i+1)); done
- grep -qx $TAG_M /sys/fs/virtiofs/*/tag 2>/dev/null || echo XVFS-DETACH-SEEN $TAG_M >/dev/console
- sleep 180; touch /tmp/agent.quit) >/dev/null 2>&1 &"
+ grep -qx $TAG_M /sys/fs/virtiofs/*/tag 2>/dev/null || echo XVFS-DETACH-SEEN $TAG_M >/dev/console) >/dev/null 2>&1 &"
 rc=0
 guest "$FINAL" || rc=$?
 assert_eq 0 "$rc" "guest unmounts /mnt/$TAG_M (the agent's own share)"
@@ -293,8 +293,9 @@ assert_ok "device $TAG_M is gone from the guest" wait_for_line "$CONSOLE" "^XVFS
 assert_ok "managed daemon (pid $PID_M) exited after the detach" wait_gone "$PID_M" 30
 assert_eq 0 "$(virsh_ dumpxml "$DOM" 2>/dev/null | grep -c '<filesystem')" "libvirt lists no filesystem"
 assert_eq running "$(virsh_ domstate "$DOM" 2>/dev/null | head -n 1)" "domain still running after both detaches"
-assert_ok "virsh destroy" virsh_ destroy "$DOM"
-assert_ok "domain is gone" \
+assert_ok "virsh shutdown (ACPI power button)" virsh_ shutdown "$DOM"
+assert_ok "guest saw the power button" wait_for_line "$CONSOLE" '^XVFS-POWER-BUTTON' 60
+assert_ok "domain shut down (guest powered off)" \
     timeout 90 bash -c "while timeout 30 virsh -q domid '$DOM' >/dev/null 2>&1; do sleep 0.5; done"
 LEFT=()
 for p in "${MANAGED_PIDS[@]}"; do
