@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The Filebench suite side by side: the same workloads, sizes and guest on
 #   xvirtiofsd   our daemon (host/target/release/xvirtiofsd), guest on the share
+#   xvirtiofsd-mq  the same with 2 request queues (one worker each) and
+#                busy-event wait (--poll adaptive --poll-us 50)
 #   virtiofsd    upstream virtiofsd (/opt/xvirtiofs/virtiofsd/bin/virtiofsd)
 #   host         xfilebench on the host, directly on a directory of the same disk
 #   guest-tmpfs  xfilebench in the guest on its own tmpfs (no virtio-fs in the path)
@@ -8,7 +10,7 @@
 # dropped before every measured run (guest and host), then bench/report.py.
 #
 # usage: bench/bench.sh [--list quick|all|FILE] [--reps N] [--runtime S]
-#                       [--scale here|paper] [--configs "xvirtiofsd virtiofsd host guest-tmpfs"]
+#                       [--scale here|paper] [--configs "xvirtiofsd xvirtiofsd-mq virtiofsd host guest-tmpfs"]
 #                       [--out DIR]
 # Results: bench/results/<date>-<rev>/{raw/<config>/rep<k>/<workload>.json,
 # env.txt, report.md, *.png}. Every VM run holds /tmp/xvfs-vm.lock.
@@ -24,7 +26,10 @@ LIST=quick
 REPS=
 RUNTIME=
 SCALE=here
-CONFIGS="xvirtiofsd virtiofsd host guest-tmpfs"
+CONFIGS="xvirtiofsd xvirtiofsd-mq virtiofsd host guest-tmpfs"
+# The multi-queue configuration: queues and daemon options.
+MQ_QUEUES=2
+MQ_ARGS="--poll adaptive --poll-us 50"
 OUT=
 XVFSD=$XVFS_ROOT/host/target/release/xvirtiofsd
 VIRTIOFSD=${VIRTIOFSD:-/opt/xvirtiofs/virtiofsd/bin/virtiofsd}
@@ -98,12 +103,16 @@ run_host() {
 }
 
 run_guest() {
-    local cfg=$1 out=$2 daemon=$XVFSD args=${DAEMON_ARGS:-} share dir n timeout rc=0
+    local cfg=$1 out=$2 daemon=$XVFSD args=${DAEMON_ARGS:-} queues=${QUEUES:-1} share dir n timeout rc=0
     share=$WORK/share-$cfg
     [ "$cfg" = guest-tmpfs ] && share=$WORK/share-xvirtiofsd
     if [ "$cfg" = virtiofsd ]; then
         daemon=$VIRTIOFSD
         args=
+    fi
+    if [ "$cfg" = xvirtiofsd-mq ]; then
+        args="$MQ_ARGS${args:+ $args}"
+        queues=$MQ_QUEUES
     fi
     dir=/mnt/shared/work
     [ "$cfg" = guest-tmpfs ] && dir=/tmp/work
@@ -113,7 +122,7 @@ run_guest() {
     n=$(grep -cvE '^[[:space:]]*(#|$)' "$LIST")
     timeout=$((n * (${RUNTIME:-60} + 90) + 120))
     start_drop_helper "$share"
-    SHARE=$share DAEMON=$daemon DAEMON_ARGS=$args XVFS_TIMEOUT=$timeout \
+    SHARE=$share DAEMON=$daemon DAEMON_ARGS=$args QUEUES=$queues XVFS_TIMEOUT=$timeout \
         XVFS_RUNDIR=$out.vm flock /tmp/xvfs-vm.lock "$XVFS_ROOT/vmm-config/run-vm" --cmd \
         "/opt/xvfs/bin/xvfs-bench-run --runner /opt/xvfs/bin/xfilebench --workloads /opt/xvfs/workloads --list /mnt/shared/list.txt --vars /opt/xvfs/workloads/scale/$SCALE.vars --dir $dir --out /mnt/shared/out ${RUNTIME:+--runtime $RUNTIME} --drop /opt/xvfs/bin/xvfs-drop-caches" \
         2> >(tee "$out.vm.log" >&2) || rc=$?
@@ -139,6 +148,7 @@ write_env() {
         echo "guest kernel: $(cat "$XVFS_ROOT"/build/guest/kernel-*/package 2>/dev/null | head -1)"
         echo "guest: ${VCPUS:-2} vCPUs, ${MEM:-1G}, ${QUEUES:-1} request queue(s)"
         echo "xvirtiofsd: $("$XVFSD" --version 2>/dev/null | head -1) ${DAEMON_ARGS:-}"
+        echo "xvirtiofsd-mq: $MQ_QUEUES request queues, $MQ_ARGS${DAEMON_ARGS:+ $DAEMON_ARGS}"
         echo "virtiofsd: $("$VIRTIOFSD" --version 2>/dev/null | head -1)"
         echo "xfilebench: $("$RUNNER" --version)"
         echo "scale: $SCALE ($(grep -vE '^[[:space:]]*(#|$)' "$HERE/workloads/scale/$SCALE.vars" | tr '\n' ' '))"
@@ -164,7 +174,7 @@ main() {
             say "rep $rep/$REPS, $cfg ($(( $(date +%s) - t0 )) s so far)"
             case "$cfg" in
                 host) run_host "$out" || failed=$((failed + 1)) ;;
-                xvirtiofsd | virtiofsd | guest-tmpfs) run_guest "$cfg" "$out" || failed=$((failed + 1)) ;;
+                xvirtiofsd | xvirtiofsd-mq | virtiofsd | guest-tmpfs) run_guest "$cfg" "$out" || failed=$((failed + 1)) ;;
                 *) die "unknown configuration $cfg" ;;
             esac
         done

@@ -16,8 +16,10 @@ import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIGS = ["xvirtiofsd", "virtiofsd", "guest-tmpfs", "host"]
-LABEL = {"xvirtiofsd": "xvirtiofsd", "virtiofsd": "virtiofsd", "guest-tmpfs": "guest tmpfs", "host": "host native"}
+CONFIGS = ["xvirtiofsd", "xvirtiofsd-mq", "virtiofsd", "guest-tmpfs", "host"]
+LABEL = {"xvirtiofsd": "xvirtiofsd", "xvirtiofsd-mq": "xvirtiofsd 2q+poll", "virtiofsd": "virtiofsd",
+         "guest-tmpfs": "guest tmpfs", "host": "host native"}
+COLORS = {"xvirtiofsd": "#1f77b4", "xvirtiofsd-mq": "#9467bd", "virtiofsd": "#ff7f0e", "guest-tmpfs": "#2ca02c"}
 
 # Table 6 of the paper: Stackfs throughput, % difference against Ext4
 # (row: HDD SBase, HDD SOpt, SSD SBase, SSD SOpt).
@@ -136,14 +138,15 @@ def plots(results, table, order):
         print("report.py: matplotlib missing, no plots", file=sys.stderr)
         return []
     made = []
-    shown = [c for c in ["xvirtiofsd", "virtiofsd", "guest-tmpfs"]]
-    colors = {"xvirtiofsd": "#1f77b4", "virtiofsd": "#ff7f0e", "guest-tmpfs": "#2ca02c"}
+    present = {c for n in order for c, s in table[n].items() if s is not None}
+    shown = [c for c in ["xvirtiofsd", "xvirtiofsd-mq", "virtiofsd", "guest-tmpfs"] if c in present]
+    colors = COLORS
     for key, title in CLASSES:
         names = [n for n in order if wl_class(n) == key and table[n].get("host")]
         if not names:
             continue
         fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names) + 2), 4.5))
-        width = 0.8 / len(shown)
+        width = 0.8 / max(1, len(shown))
         for i, cfg in enumerate(shown):
             xs, ys, lo, hi = [], [], [], []
             for j, n in enumerate(names):
@@ -171,9 +174,11 @@ def plots(results, table, order):
     if names:
         fig, ax = plt.subplots(figsize=(8, max(4, 0.28 * len(names) + 1.5)))
         ys = range(len(names))
-        for i, cfg in enumerate(["xvirtiofsd", "virtiofsd"]):
+        daemons = [c for c in ["xvirtiofsd", "xvirtiofsd-mq", "virtiofsd"] if c in present]
+        h = 0.8 / max(1, len(daemons))
+        for i, cfg in enumerate(daemons):
             vals = [(table[n][cfg]["median"] / table[n]["host"]["median"]) if table[n].get(cfg) else 0 for n in names]
-            ax.barh([y + (i - 0.5) * 0.4 for y in ys], vals, 0.4, label=LABEL[cfg], color=colors[cfg])
+            ax.barh([y + (i - (len(daemons) - 1) / 2) * h for y in ys], vals, h, label=LABEL[cfg], color=colors[cfg])
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_yticks(list(ys))
         ax.set_yticklabels(names, fontsize=7)
@@ -209,9 +214,16 @@ def main():
             "hardware, for reference only (our guest runs under the accelerator below, at the",
             "\"here\" scale).", ""]
     out += ["## Environment", "", "```", env.strip() or "(no env.txt)", "```", ""]
+    # The multi-queue configuration gets its columns after the paper's, so the
+    # first ones keep their places whichever configurations ran.
+    mq = any(table[n].get("xvirtiofsd-mq") for n in order)
     hdr = ("| # | Workload | host native | xvirtiofsd | virtiofsd | guest tmpfs | xvirtiofsd vs native |"
            " virtiofsd vs native | xvirtiofsd vs virtiofsd | paper SSD SBase | paper SSD SOpt |")
-    out += ["## Throughput", "", hdr, "|" + "---|" * 11]
+    ncols = 11
+    if mq:
+        hdr += " xvirtiofsd 2q+poll | 2q+poll vs native | 2q+poll vs virtiofsd |"
+        ncols += 3
+    out += ["## Throughput", "", hdr, "|" + "---|" * ncols]
     report = {"workloads": {}, "rejected": [{"path": os.path.relpath(p, results), "why": w} for p, w in rejected]}
     counts = {}
     for n in order:
@@ -222,13 +234,19 @@ def main():
         d_xv = pct(t["xvirtiofsd"], t["virtiofsd"])
         paper = PAPER.get(row)
         counts[marker(d_x)] = counts.get(marker(d_x), 0) + 1
-        out.append(
+        d_mq = pct(t["xvirtiofsd-mq"], t["host"])
+        d_mqv = pct(t["xvirtiofsd-mq"], t["virtiofsd"])
+        line = (
             f"| {row or ''} | {n} | {fmt_ops(t['host'])} | {fmt_ops(t['xvirtiofsd'])} | {fmt_ops(t['virtiofsd'])} |"
             f" {fmt_ops(t['guest-tmpfs'])} | {fmt_pct(d_x)} | {fmt_pct(d_v)} | {fmt_pct(d_xv)} |"
             f" {fmt_pct(paper[2]) if paper else 'n/a'} | {fmt_pct(paper[3]) if paper else 'n/a'} |")
+        if mq:
+            line += f" {fmt_ops(t['xvirtiofsd-mq'])} | {fmt_pct(d_mq)} | {fmt_pct(d_mqv)} |"
+        out.append(line)
         report["workloads"][n] = {
             "row": row, "configs": t,
             "xvirtiofsd_vs_native_pct": d_x, "virtiofsd_vs_native_pct": d_v, "xvirtiofsd_vs_virtiofsd_pct": d_xv,
+            "xvirtiofsd_mq_vs_native_pct": d_mq, "xvirtiofsd_mq_vs_virtiofsd_pct": d_mqv,
             "paper_stackfs_pct": dict(zip(["hdd_sbase", "hdd_sopt", "ssd_sbase", "ssd_sopt"], paper)) if paper else None,
         }
     out += ["", "xvirtiofsd against host native, by class: " +
