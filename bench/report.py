@@ -140,7 +140,6 @@ def plots(results, table, order):
     made = []
     present = {c for n in order for c, s in table[n].items() if s is not None}
     shown = [c for c in ["xvirtiofsd", "xvirtiofsd-mq", "virtiofsd", "guest-tmpfs"] if c in present]
-    colors = COLORS
     for key, title in CLASSES:
         names = [n for n in order if wl_class(n) == key and table[n].get("host")]
         if not names:
@@ -157,7 +156,7 @@ def plots(results, table, order):
                 ys.append(s["median"] / h["median"])
                 lo.append(max(0.0, (s["median"] - s["min"]) / h["median"]))
                 hi.append(max(0.0, (s["max"] - s["median"]) / h["median"]))
-            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=LABEL[cfg], color=colors[cfg])
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=LABEL[cfg], color=COLORS[cfg])
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_yscale("log")
         ax.set_xticks(range(len(names)))
@@ -178,7 +177,7 @@ def plots(results, table, order):
         h = 0.8 / max(1, len(daemons))
         for i, cfg in enumerate(daemons):
             vals = [(table[n][cfg]["median"] / table[n]["host"]["median"]) if table[n].get(cfg) else 0 for n in names]
-            ax.barh([y + (i - (len(daemons) - 1) / 2) * h for y in ys], vals, h, label=LABEL[cfg], color=colors[cfg])
+            ax.barh([y + (i - (len(daemons) - 1) / 2) * h for y in ys], vals, h, label=LABEL[cfg], color=COLORS[cfg])
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_yticks(list(ys))
         ax.set_yticklabels(names, fontsize=7)

@@ -4,6 +4,10 @@
 #   say MSG...   print "xvfs: MSG" on stderr
 #   die MSG...   print "xvfs: error: MSG" on stderr and exit 1
 #   need CMD...  die unless every CMD is on PATH
+#   installed_version PKG      the installed version of a Debian package, or nothing
+#   apt_update TRIES [PREFIX...]
+#                apt-get update (run as PREFIX apt-get ..., e.g. sudo), tried
+#                TRIES times; status 1 when every try failed
 
 say() {
     printf 'xvfs: %s\n' "$*" >&2
@@ -19,6 +23,27 @@ need() {
     for c in "$@"; do
         command -v "$c" >/dev/null 2>&1 || die "'$c' not found; run 'make deps' first"
     done
+}
+
+installed_version() {
+    # dpkg-query fails for a package it has never heard of: that is "not installed".
+    { dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null || true; } |
+        awk '$1 == "installed" {print $2}'
+}
+
+apt_update() {
+    local tries=$1 try
+    shift
+    # A fresh machine may still be refreshing its own lists (apt lock) or
+    # meet a mirror mid-sync: retry before giving up.
+    for try in $(seq 1 "$tries"); do
+        if "$@" apt-get -o DPkg::Lock::Timeout=120 update -qq; then
+            return 0
+        fi
+        say "apt-get update failed (try $try of $tries)"
+        [ "$try" -eq "$tries" ] || sleep $((try * 5))
+    done
+    return 1
 }
 
 # The repository root (this file lives in <root>/vmm-config/).

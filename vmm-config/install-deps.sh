@@ -54,18 +54,9 @@ APT_UPDATED=0
 apt_update_once() {
     if [ "$APT_UPDATED" -eq 0 ]; then
         say "apt-get update"
-        # A fresh machine may still be refreshing its own lists (apt lock) or
-        # meet a mirror mid-sync: retry a few times before giving up.
-        local try
-        for try in 1 2 3 4 5; do
-            if as_root apt-get -o DPkg::Lock::Timeout=120 update -qq; then
-                APT_UPDATED=1
-                return 0
-            fi
-            say "apt-get update failed (try $try of 5); retrying in $((try * 5)) s"
-            sleep $((try * 5))
-        done
-        die "apt-get update keeps failing; check /etc/apt/sources.list.d and the network"
+        apt_update 5 as_root ||
+            die "apt-get update keeps failing; check /etc/apt/sources.list.d and the network"
+        APT_UPDATED=1
     fi
 }
 
@@ -80,12 +71,6 @@ add_backports() {
     echo "deb $m bookworm-backports main" | as_root tee "$BACKPORTS_LIST" >/dev/null
     APT_UPDATED=0
     apt_update_once
-}
-
-installed_version() {
-    # dpkg-query fails for a package it has never heard of: that is "not installed".
-    { dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null || true; } |
-        awk '$1 == "installed" {print $2}'
 }
 
 install_packages() {
