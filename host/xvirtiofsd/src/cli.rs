@@ -517,7 +517,9 @@ pub struct StatusOpt {
     long_about = "Starts BINARY (default: this program) detached, which takes over the \
 running daemon's vhost-user connection, guest memory, eventfds and open files over \
 the control socket. The guest sees a pause of milliseconds. If the new daemon fails \
-before it is ready, the running daemon keeps serving and this command exits 1.",
+before it is ready, the running daemon keeps serving and this command exits 1. \
+On success it returns once the old daemon has exited (waiting up to 10 s, with a \
+warning if it has not).",
     after_long_help = "EXIT STATUS:\n    0   upgraded\n    1   not upgraded (the running daemon still serves)\n    2   invalid command line"
 )]
 pub struct UpgradeOpt {

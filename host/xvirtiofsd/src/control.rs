@@ -183,6 +183,15 @@ fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &Owne
 }
 
 /// Client side of `status`: the daemon's JSON line.
+/// The `"pid"` field of a status answer (see [`StatusInfo::json`]).
+pub fn status_pid(status: &str) -> Option<u32> {
+    let rest = &status[status.find("\"pid\":")? + "\"pid\":".len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
 pub fn query_status(path: &Path) -> io::Result<String> {
     let mut s = UnixStream::connect(path)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -190,4 +199,20 @@ pub fn query_status(path: &Path) -> io::Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_pid_reads_the_pid_field() {
+        assert_eq!(
+            status_pid(r#"{"version":"0.1.0","pid":4242,"uptime_s":3}"#),
+            Some(4242)
+        );
+        assert_eq!(status_pid(r#"{"pid":7}"#), Some(7));
+        assert_eq!(status_pid(r#"{"version":"0.1.0"}"#), None);
+        assert_eq!(status_pid(r#"{"pid":"x"}"#), None);
+    }
 }

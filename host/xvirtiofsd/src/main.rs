@@ -29,6 +29,8 @@ const EXIT_RUNTIME: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 /// Exit status: set-up failed (shared directory, socket, sandbox, seccomp).
 const EXIT_SETUP: u8 = 3;
+/// How long `upgrade` waits for the old daemon to exit after the handover.
+const OLD_DAEMON_EXIT_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 enum SetupError {
@@ -159,6 +161,19 @@ fn upgrade_command(args: &[String]) -> ExitCode {
     let before = control::query_status(&path).ok();
     match upgrade::run_client(&path, &binary, Duration::from_secs(o.timeout)) {
         Ok(msg) => {
+            // The old daemon exits right after the handover; "upgraded" also
+            // means it is gone, so that whoever called us (libvirt's pid
+            // file, a service manager) never sees two daemons. The new one
+            // serves already: this wait costs the guest nothing.
+            if let Some(old) = before.as_deref().and_then(control::status_pid) {
+                if !upgrade::wait_exited(old, OLD_DAEMON_EXIT_WAIT) {
+                    eprintln!(
+                        "xvirtiofsd upgrade: warning: the old daemon (pid {old}) is still \
+                         running {} s after the handover",
+                        OLD_DAEMON_EXIT_WAIT.as_secs()
+                    );
+                }
+            }
             println!("upgraded: {msg}");
             ExitCode::SUCCESS
         }

@@ -310,6 +310,19 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether process `pid` still runs: it exists and is not a zombie (a zombie
+/// has exited and only waits for its parent to reap it).
+pub fn process_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the
+    // state is the first field after the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
 /// Number of CPUs this process may run on.
 pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

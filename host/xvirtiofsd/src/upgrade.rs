@@ -295,6 +295,19 @@ pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
 }
 
 /// `xvirtiofsd upgrade`: starts the new binary and reports how it went.
+/// Waits up to `timeout` for process `pid` to exit (or become a zombie);
+/// false when it still runs then.
+pub fn wait_exited(pid: u32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while sys::process_running(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
 pub fn run_client(
     control: &Path,
     binary: &Path,
@@ -345,4 +358,27 @@ pub fn run_client(
         }
     };
     Err(UpgradeError::NotConfirmed(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_exited_sees_exit_and_zombies_but_not_a_running_process() {
+        assert!(sys::process_running(std::process::id()));
+        // Exits at once and stays a zombie (not reaped) until wait() below.
+        let mut quick = Command::new("true").spawn().expect("spawn true");
+        assert!(wait_exited(quick.id(), Duration::from_secs(10)));
+        quick.wait().expect("reap true");
+        assert!(!sys::process_running(quick.id()));
+
+        let mut slow = Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        assert!(!wait_exited(slow.id(), Duration::from_millis(50)));
+        slow.kill().expect("kill sleep");
+        slow.wait().expect("reap sleep");
+    }
 }
