@@ -1,256 +1,175 @@
-//! The few FUSE messages the load generator sends, encoded by hand
-//! (include/uapi/linux/fuse.h, protocol 7.38).
+//! The FUSE requests the load generator sends and the replies it reads, built
+//! on the daemon's own wire format (`xvfs_fs::abi`), so that both sides share
+//! one definition of every structure.
+
+use xvfs_fs::abi::{self, Wire};
+
+pub use xvfs_fs::abi::{OutHeader, ROOT_ID};
 
 /// Opcodes used here.
 pub mod op {
-    /// LOOKUP: name in a directory -> entry.
-    pub const LOOKUP: u32 = 1;
-    /// FORGET: drop lookup references (no reply).
-    pub const FORGET: u32 = 2;
-    /// GETATTR.
-    pub const GETATTR: u32 = 3;
-    /// UNLINK.
-    pub const UNLINK: u32 = 10;
-    /// OPEN.
-    pub const OPEN: u32 = 14;
-    /// READ.
-    pub const READ: u32 = 15;
-    /// WRITE.
-    pub const WRITE: u32 = 16;
-    /// RELEASE.
-    pub const RELEASE: u32 = 18;
-    /// INIT.
-    pub const INIT: u32 = 26;
-    /// OPENDIR.
-    pub const OPENDIR: u32 = 27;
-    /// RELEASEDIR.
-    pub const RELEASEDIR: u32 = 29;
-    /// CREATE.
-    pub const CREATE: u32 = 35;
-    /// READDIRPLUS.
-    pub const READDIRPLUS: u32 = 44;
+    pub use xvfs_fs::abi::opcode::{
+        CREATE, FORGET, GETATTR, INIT, LOOKUP, OPEN, OPENDIR, READ, READDIRPLUS, RELEASE,
+        RELEASEDIR, UNLINK, WRITE,
+    };
 }
 
 /// Size of `fuse_in_header`.
 #[cfg(test)]
-pub const IN_HEADER: usize = 40;
+pub const IN_HEADER: usize = abi::InHeader::SIZE;
 /// Size of `fuse_out_header`.
-pub const OUT_HEADER: usize = 16;
+pub const OUT_HEADER: usize = abi::OutHeader::SIZE;
 /// Size of `fuse_entry_out`.
-pub const ENTRY_OUT: usize = 128;
-/// The root node id.
-pub const ROOT_ID: u64 = 1;
+pub const ENTRY_OUT: usize = abi::EntryOut::SIZE;
 
 /// Protocol minor version we announce.
 pub const MINOR: u32 = 38;
 
 /// INIT flags a Linux 6.x guest typically offers that matter here.
-pub mod init_flags {
-    /// FUSE_ASYNC_READ.
-    pub const ASYNC_READ: u32 = 1 << 0;
-    /// FUSE_ATOMIC_O_TRUNC.
-    pub const ATOMIC_O_TRUNC: u32 = 1 << 3;
-    /// FUSE_BIG_WRITES.
-    pub const BIG_WRITES: u32 = 1 << 5;
-    /// FUSE_DO_READDIRPLUS.
-    pub const DO_READDIRPLUS: u32 = 1 << 13;
-    /// FUSE_READDIRPLUS_AUTO.
-    pub const READDIRPLUS_AUTO: u32 = 1 << 14;
-    /// FUSE_PARALLEL_DIROPS.
-    pub const PARALLEL_DIROPS: u32 = 1 << 18;
-    /// FUSE_MAX_PAGES.
-    pub const MAX_PAGES: u32 = 1 << 22;
-    /// The set we send.
-    pub const OFFERED: u32 = ASYNC_READ
-        | ATOMIC_O_TRUNC
-        | BIG_WRITES
-        | DO_READDIRPLUS
-        | READDIRPLUS_AUTO
-        | PARALLEL_DIROPS
-        | MAX_PAGES;
-}
+const OFFERED: u64 = abi::init_flags::ASYNC_READ
+    | abi::init_flags::ATOMIC_O_TRUNC
+    | abi::init_flags::BIG_WRITES
+    | abi::init_flags::DO_READDIRPLUS
+    | abi::init_flags::READDIRPLUS_AUTO
+    | abi::init_flags::PARALLEL_DIROPS
+    | abi::init_flags::MAX_PAGES;
 
-/// A request being encoded: in-header plus arguments.
-pub struct Req {
-    buf: Vec<u8>,
-}
-
-impl Req {
-    /// Starts a request (length filled in by `finish`).
-    pub fn new(opcode: u32, unique: u64, nodeid: u64) -> Req {
-        let mut buf = Vec::with_capacity(128);
-        buf.extend_from_slice(&0u32.to_le_bytes()); // len
-        buf.extend_from_slice(&opcode.to_le_bytes());
-        buf.extend_from_slice(&unique.to_le_bytes());
-        buf.extend_from_slice(&nodeid.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes()); // uid: root, as the host side runs
-        buf.extend_from_slice(&0u32.to_le_bytes()); // gid
-        buf.extend_from_slice(&1u32.to_le_bytes()); // pid
-        buf.extend_from_slice(&0u16.to_le_bytes()); // total_extlen
-        buf.extend_from_slice(&0u16.to_le_bytes()); // padding
-        Req { buf }
+/// Encodes a request: in-header, then `args`, then `name` (NUL-terminated)
+/// if any; `extra` payload bytes sent in a separate buffer (WRITE data) are
+/// counted in the header's length.
+fn request(
+    opcode: u32,
+    unique: u64,
+    nodeid: u64,
+    args: &[u8],
+    name: Option<&str>,
+    extra: u32,
+) -> Vec<u8> {
+    let name_len = name.map_or(0, |n| n.len() + 1);
+    let len = abi::InHeader::SIZE + args.len() + name_len;
+    let mut buf = Vec::with_capacity(len);
+    abi::InHeader {
+        len: len as u32 + extra,
+        opcode,
+        unique,
+        nodeid,
+        // The host side runs as root.
+        uid: 0,
+        gid: 0,
+        pid: 1,
+        total_extlen: 0,
+        padding: 0,
     }
-
-    /// Appends a u32.
-    pub fn u32(mut self, v: u32) -> Req {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self
+    .encode_into(&mut buf);
+    buf.extend_from_slice(args);
+    if let Some(n) = name {
+        buf.extend_from_slice(n.as_bytes());
+        buf.push(0);
     }
-
-    /// Appends a u64.
-    pub fn u64(mut self, v: u64) -> Req {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    /// Appends zero bytes.
-    pub fn zeros(mut self, n: usize) -> Req {
-        self.buf.resize(self.buf.len() + n, 0);
-        self
-    }
-
-    /// Appends a NUL-terminated name.
-    pub fn name(mut self, name: &str) -> Req {
-        self.buf.extend_from_slice(name.as_bytes());
-        self.buf.push(0);
-        self
-    }
-
-    /// The encoded bytes, with `extra` payload bytes (WRITE data sent in a
-    /// separate buffer) counted in the header's length.
-    pub fn finish(mut self, extra: u32) -> Vec<u8> {
-        let len = self.buf.len() as u32 + extra;
-        self.buf[0..4].copy_from_slice(&len.to_le_bytes());
-        self.buf
-    }
+    buf
 }
 
 /// `fuse_init_in` (7.36+ layout: 64 bytes).
 pub fn init(unique: u64) -> Vec<u8> {
-    Req::new(op::INIT, unique, 0)
-        .u32(7)
-        .u32(MINOR)
-        .u32(128 * 1024) // max_readahead
-        .u32(init_flags::OFFERED)
-        .zeros(48) // flags2, unused[11]
-        .finish(0)
+    let i = abi::InitIn {
+        major: abi::KERNEL_VERSION,
+        minor: MINOR,
+        max_readahead: 128 * 1024,
+        flags: OFFERED as u32,
+        ..Default::default()
+    };
+    request(op::INIT, unique, 0, &i.to_bytes(), None, 0)
 }
 
 /// `fuse_read_in` for READ and READDIRPLUS.
 pub fn read(opcode: u32, unique: u64, nodeid: u64, fh: u64, offset: u64, size: u32) -> Vec<u8> {
-    Req::new(opcode, unique, nodeid)
-        .u64(fh)
-        .u64(offset)
-        .u32(size)
-        .u32(0) // read_flags
-        .u64(0) // lock_owner
-        .u32(libc::O_RDONLY as u32) // flags
-        .u32(0)
-        .finish(0)
+    let r = abi::ReadIn {
+        fh,
+        offset,
+        size,
+        flags: libc::O_RDONLY as u32,
+        ..Default::default()
+    };
+    request(opcode, unique, nodeid, &r.to_bytes(), None, 0)
 }
 
 /// `fuse_write_in`; the data follows in its own buffer of `size` bytes.
 pub fn write(unique: u64, nodeid: u64, fh: u64, offset: u64, size: u32) -> Vec<u8> {
-    Req::new(op::WRITE, unique, nodeid)
-        .u64(fh)
-        .u64(offset)
-        .u32(size)
-        .u32(0) // write_flags
-        .u64(0) // lock_owner
-        .u32(libc::O_RDWR as u32)
-        .u32(0)
-        .finish(size)
+    let w = abi::WriteIn {
+        fh,
+        offset,
+        size,
+        flags: libc::O_RDWR as u32,
+        ..Default::default()
+    };
+    request(op::WRITE, unique, nodeid, &w.to_bytes(), None, size)
 }
 
 /// OPEN or OPENDIR with `flags`.
 pub fn open(opcode: u32, unique: u64, nodeid: u64, flags: i32) -> Vec<u8> {
-    Req::new(opcode, unique, nodeid)
-        .u32(flags as u32)
-        .u32(0)
-        .finish(0)
+    let o = abi::OpenIn {
+        flags: flags as u32,
+        open_flags: 0,
+    };
+    request(opcode, unique, nodeid, &o.to_bytes(), None, 0)
 }
 
 /// RELEASE or RELEASEDIR.
 pub fn release(opcode: u32, unique: u64, nodeid: u64, fh: u64, flags: i32) -> Vec<u8> {
-    Req::new(opcode, unique, nodeid)
-        .u64(fh)
-        .u32(flags as u32)
-        .u32(0)
-        .u64(0)
-        .finish(0)
+    let r = abi::ReleaseIn {
+        fh,
+        flags: flags as u32,
+        ..Default::default()
+    };
+    request(opcode, unique, nodeid, &r.to_bytes(), None, 0)
 }
 
 /// GETATTR without a handle.
 pub fn getattr(unique: u64, nodeid: u64) -> Vec<u8> {
-    Req::new(op::GETATTR, unique, nodeid)
-        .u32(0)
-        .u32(0)
-        .u64(0)
-        .finish(0)
+    let g = abi::GetattrIn::default();
+    request(op::GETATTR, unique, nodeid, &g.to_bytes(), None, 0)
 }
 
 /// LOOKUP, UNLINK and other name-only requests.
 pub fn named(opcode: u32, unique: u64, parent: u64, name: &str) -> Vec<u8> {
-    Req::new(opcode, unique, parent).name(name).finish(0)
+    request(opcode, unique, parent, &[], Some(name), 0)
 }
 
 /// CREATE of a regular file `name` in `parent`.
 pub fn create(unique: u64, parent: u64, name: &str, flags: i32) -> Vec<u8> {
-    Req::new(op::CREATE, unique, parent)
-        .u32(flags as u32)
-        .u32(libc::S_IFREG | 0o644)
-        .u32(0o022) // umask
-        .u32(0) // open_flags
-        .name(name)
-        .finish(0)
+    let c = abi::CreateIn {
+        flags: flags as u32,
+        mode: libc::S_IFREG | 0o644,
+        umask: 0o022,
+        open_flags: 0,
+    };
+    request(op::CREATE, unique, parent, &c.to_bytes(), Some(name), 0)
 }
 
 /// FORGET `nlookup` references of `nodeid`.
 pub fn forget(unique: u64, nodeid: u64, nlookup: u64) -> Vec<u8> {
-    Req::new(op::FORGET, unique, nodeid).u64(nlookup).finish(0)
-}
-
-fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], off: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(off..off + 8)?.try_into().ok()?))
-}
-
-/// A parsed `fuse_out_header`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OutHeader {
-    /// Total reply length, header included.
-    pub len: u32,
-    /// 0 or a negative errno.
-    pub error: i32,
-    /// The request's unique.
-    pub unique: u64,
+    let f = abi::ForgetIn { nlookup };
+    request(op::FORGET, unique, nodeid, &f.to_bytes(), None, 0)
 }
 
 /// Parses an out-header.
 pub fn out_header(b: &[u8]) -> Option<OutHeader> {
-    Some(OutHeader {
-        len: u32_at(b, 0)?,
-        error: u32_at(b, 4)? as i32,
-        unique: u64_at(b, 8)?,
-    })
+    OutHeader::from_bytes(b)
 }
 
 /// The node id of a `fuse_entry_out`.
 pub fn entry_nodeid(body: &[u8]) -> Option<u64> {
-    u64_at(body, 0)
+    abi::EntryOut::from_bytes(body).map(|e| e.nodeid)
 }
 
 /// The fh of a `fuse_open_out`.
 pub fn open_fh(body: &[u8]) -> Option<u64> {
-    u64_at(body, 0)
+    abi::OpenOut::from_bytes(body).map(|o| o.fh)
 }
 
 /// From an INIT reply: (minor, max_write).
 pub fn init_reply(body: &[u8]) -> Option<(u32, u32)> {
-    Some((u32_at(body, 4)?, u32_at(body, 20)?))
+    abi::InitOut::from_bytes(body).map(|i| (i.minor, i.max_write))
 }
 
 /// Walks a READDIRPLUS reply: (entries, offset of the last entry, node ids
@@ -261,19 +180,19 @@ pub fn direntplus(body: &[u8]) -> Option<(usize, u64, Vec<u64>)> {
     let mut last_off = 0;
     let mut ids = Vec::new();
     while pos < body.len() {
-        let nodeid = u64_at(body, pos)?;
-        let d = pos + ENTRY_OUT;
-        let off = u64_at(body, d + 8)?;
-        let namelen = u32_at(body, d + 16)? as usize;
-        let rec = (ENTRY_OUT + 24 + namelen).next_multiple_of(8);
+        let rest = body.get(pos..)?;
+        let entry = abi::EntryOut::from_bytes(rest)?;
+        let d = abi::Dirent::from_bytes(rest.get(ENTRY_OUT..)?)?;
+        let namelen = d.namelen as usize;
+        let rec = abi::dirent_align(ENTRY_OUT + abi::Dirent::SIZE + namelen);
         if namelen == 0 || pos + rec > body.len() {
             return None;
         }
-        if nodeid != 0 {
-            ids.push(nodeid);
+        if entry.nodeid != 0 {
+            ids.push(entry.nodeid);
         }
         n += 1;
-        last_off = off;
+        last_off = d.off;
         pos += rec;
     }
     Some((n, last_off, ids))
@@ -282,6 +201,14 @@ pub fn direntplus(body: &[u8]) -> Option<(usize, u64, Vec<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
+    }
+
+    fn u64_at(b: &[u8], off: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(b.get(off..off + 8)?.try_into().ok()?))
+    }
 
     #[test]
     fn header_and_length() {

@@ -11,7 +11,6 @@ mod cli;
 mod client;
 mod fixture;
 mod fuse;
-mod json;
 mod mem;
 mod native;
 mod ring;

@@ -9,11 +9,11 @@ use crate::cli::{Args, Cmd, Common, RunArgs};
 use crate::client::{Client, ClientError, Data, Request, Wait};
 use crate::fixture::{self, Fixture};
 use crate::fuse::{self, op};
-use crate::json::Json;
 use crate::native;
 use crate::stats::{self, ThreadStats};
 use crate::vmm::{self, DaemonProc, Geometry, Negotiated, VmmError};
 use crate::workload::{self, Kind, Nodes, Params};
+use serde::Serialize;
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +39,9 @@ pub enum RunError {
     /// Writing the JSON failed.
     #[error("writing {0}")]
     Output(PathBuf, #[source] io::Error),
+    /// The result does not serialise.
+    #[error("encoding the result")]
+    Encode(#[source] serde_json::Error),
 }
 
 impl RunError {
@@ -151,59 +154,123 @@ impl Outcome {
     }
 }
 
-fn summary(kind: &str, c: &Common, mut o: Outcome, extra: Vec<(String, Json)>) -> Json {
+/// How the clients were laid out (null fields: not applicable to `native`).
+#[derive(Serialize)]
+struct Layout {
+    queues: Option<u32>,
+    threads: u32,
+    threads_per_queue: Option<u32>,
+    depth: u32,
+    wait: Option<&'static str>,
+    daemon: Option<DaemonInfo>,
+}
+
+/// The back-end as negotiated.
+#[derive(Serialize)]
+struct DaemonInfo {
+    socket: String,
+    command: Option<String>,
+    features: String,
+    protocol_features: String,
+    queue_num: u64,
+    fuse_minor: u32,
+    max_write: u32,
+}
+
+/// Latency percentiles in µs (null when no operation completed).
+#[derive(Serialize)]
+struct LatencyJson {
+    min: Option<f64>,
+    mean: Option<f64>,
+    p50: Option<f64>,
+    p90: Option<f64>,
+    p99: Option<f64>,
+    p99_9: Option<f64>,
+    max: Option<f64>,
+}
+
+/// CPU seconds spent in the window.
+#[derive(Serialize)]
+struct CpuJson {
+    client: f64,
+    daemon: Option<f64>,
+    host_busy: Option<f64>,
+    other: Option<f64>,
+}
+
+/// One run's result file (format 1).
+#[derive(Serialize)]
+struct Summary<'a> {
+    tool: &'static str,
+    format: u32,
+    target: &'a str,
+    label: &'a str,
+    workload: &'static str,
+    block_size: u64,
+    #[serde(flatten)]
+    layout: Layout,
+    window_s: f64,
+    warmup_s: f64,
+    ops: u64,
+    ops_per_s: f64,
+    bytes: u64,
+    gb_per_s: f64,
+    requests: u64,
+    requests_per_s: f64,
+    entries: u64,
+    latency_us: LatencyJson,
+    kicks: u64,
+    sleeps: u64,
+    cpu_s: CpuJson,
+}
+
+fn summary<'a>(kind: &'a str, c: &'a Common, mut o: Outcome, layout: Layout) -> Summary<'a> {
     let secs = o.window.as_secs_f64();
     let lat = stats::latency(&mut o.stats.lat_ns);
     let l = |f: fn(&stats::Latency) -> f64| lat.as_ref().map(f);
     let per_s = |v: u64| if secs > 0.0 { v as f64 / secs } else { 0.0 };
-    let mut j = Json::obj()
-        .with("tool", "xvfs-loadgen")
-        .with("format", 1u32)
-        .with("target", kind)
-        .with("label", c.label.as_str())
-        .with("workload", c.workload.name())
-        .with("block_size", u64::from(c.bs));
-    if let Json::Obj(v) = &mut j {
-        v.extend(extra);
+    Summary {
+        tool: "xvfs-loadgen",
+        format: 1,
+        target: kind,
+        label: &c.label,
+        workload: c.workload.name(),
+        block_size: u64::from(c.bs),
+        layout,
+        window_s: secs,
+        warmup_s: c.warmup,
+        ops: o.stats.ops,
+        ops_per_s: per_s(o.stats.ops),
+        bytes: o.stats.bytes,
+        gb_per_s: per_s(o.stats.bytes) / 1e9,
+        requests: o.stats.requests,
+        requests_per_s: per_s(o.stats.requests),
+        entries: o.stats.entries,
+        latency_us: LatencyJson {
+            min: l(|l| l.min_us),
+            mean: l(|l| l.mean_us),
+            p50: l(|l| l.p50_us),
+            p90: l(|l| l.p90_us),
+            p99: l(|l| l.p99_us),
+            p99_9: l(|l| l.p999_us),
+            max: l(|l| l.max_us),
+        },
+        kicks: o.stats.kicks,
+        sleeps: o.stats.sleeps,
+        cpu_s: CpuJson {
+            client: o.cpu_client,
+            daemon: o.cpu_daemon,
+            host_busy: o.cpu_host,
+            other: o
+                .cpu_host
+                .map(|h| (h - o.cpu_client - o.cpu_daemon.unwrap_or(0.0)).max(0.0)),
+        },
     }
-    j.with("window_s", secs)
-        .with("warmup_s", c.warmup)
-        .with("ops", o.stats.ops)
-        .with("ops_per_s", per_s(o.stats.ops))
-        .with("bytes", o.stats.bytes)
-        .with("gb_per_s", per_s(o.stats.bytes) / 1e9)
-        .with("requests", o.stats.requests)
-        .with("requests_per_s", per_s(o.stats.requests))
-        .with("entries", o.stats.entries)
-        .with(
-            "latency_us",
-            Json::obj()
-                .with("min", l(|l| l.min_us))
-                .with("mean", l(|l| l.mean_us))
-                .with("p50", l(|l| l.p50_us))
-                .with("p90", l(|l| l.p90_us))
-                .with("p99", l(|l| l.p99_us))
-                .with("p99_9", l(|l| l.p999_us))
-                .with("max", l(|l| l.max_us)),
-        )
-        .with("kicks", o.stats.kicks)
-        .with("sleeps", o.stats.sleeps)
-        .with(
-            "cpu_s",
-            Json::obj()
-                .with("client", o.cpu_client)
-                .with("daemon", o.cpu_daemon)
-                .with("host_busy", o.cpu_host)
-                .with(
-                    "other",
-                    o.cpu_host
-                        .map(|h| (h - o.cpu_client - o.cpu_daemon.unwrap_or(0.0)).max(0.0)),
-                ),
-        )
 }
 
-fn emit(c: &Common, j: &Json) -> Result<(), RunError> {
-    let text = j.pretty();
+fn emit(c: &Common, j: &Summary<'_>) -> Result<(), RunError> {
+    let mut text = serde_json::to_string_pretty(j).map_err(RunError::Encode)?;
+    text.push('\n');
     match &c.output {
         Some(p) => std::fs::write(p, text).map_err(|e| RunError::Output(p.clone(), e)),
         None => {
@@ -260,15 +327,15 @@ fn run_native(c: Common) -> Result<(), RunError> {
     let (t_start, cpu0) = watch_window(&p, None);
     let (stats, cpu1) = finish_window(handles, &p, t_start, None)?;
     let out = Outcome::new(stats, window_len(&p, t_start), cpu0, cpu1);
-    let extra = vec![
-        ("queues".to_string(), Json::Null),
-        ("threads".to_string(), Json::from(n)),
-        ("threads_per_queue".to_string(), Json::Null),
-        ("depth".to_string(), Json::from(1u32)),
-        ("wait".to_string(), Json::Null),
-        ("daemon".to_string(), Json::Null),
-    ];
-    emit(&c, &summary("native", &c, out, extra))
+    let layout = Layout {
+        queues: None,
+        threads: n,
+        threads_per_queue: None,
+        depth: 1,
+        wait: None,
+        daemon: None,
+    };
+    emit(&c, &summary("native", &c, out, layout))
 }
 
 /// Waits for the window to end (duration mode) and samples CPU time there,
@@ -378,7 +445,11 @@ fn run_vhost(r: RunArgs) -> Result<(), RunError> {
     emit(c, &j)
 }
 
-fn drive(r: &RunArgs, p: Params, mut daemon: Option<&mut DaemonProc>) -> Result<Json, RunError> {
+fn drive<'a>(
+    r: &'a RunArgs,
+    p: Params,
+    mut daemon: Option<&mut DaemonProc>,
+) -> Result<Summary<'a>, RunError> {
     let c = &r.common;
     let stream = vmm::connect(&r.socket, daemon.as_deref_mut())?;
     let payload = match c.workload {
@@ -440,24 +511,22 @@ fn drive(r: &RunArgs, p: Params, mut daemon: Option<&mut DaemonProc>) -> Result<
     let (stats, cpu1) = finish_window(handles, &p, t_start, pid)?;
     let out = Outcome::new(stats, window_len(&p, t_start), cpu0, cpu1);
     let neg: Negotiated = dev.negotiated;
-    let extra = vec![
-        ("queues".to_string(), Json::from(r.queues)),
-        ("threads".to_string(), Json::from(nthreads)),
-        ("threads_per_queue".to_string(), Json::from(c.threads)),
-        ("depth".to_string(), Json::from(c.depth)),
-        ("wait".to_string(), Json::from(r.wait.name())),
-        (
-            "daemon".to_string(),
-            Json::obj()
-                .with("socket", r.socket.to_string_lossy().to_string())
-                .with("command", daemon.as_ref().map(|d| d.command.clone()))
-                .with("features", format!("{:#x}", neg.features))
-                .with("protocol_features", format!("{:#x}", neg.protocol))
-                .with("queue_num", neg.queue_num)
-                .with("fuse_minor", minor)
-                .with("max_write", max_write),
-        ),
-    ];
+    let layout = Layout {
+        queues: Some(r.queues),
+        threads: nthreads,
+        threads_per_queue: Some(c.threads),
+        depth: c.depth,
+        wait: Some(r.wait.name()),
+        daemon: Some(DaemonInfo {
+            socket: r.socket.to_string_lossy().to_string(),
+            command: daemon.as_ref().map(|d| d.command.clone()),
+            features: format!("{:#x}", neg.features),
+            protocol_features: format!("{:#x}", neg.protocol),
+            queue_num: neg.queue_num,
+            fuse_minor: minor,
+            max_write,
+        }),
+    };
     dev.disconnect();
-    Ok(summary("vhost-user", c, out, extra))
+    Ok(summary("vhost-user", c, out, layout))
 }
