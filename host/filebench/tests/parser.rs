@@ -1,5 +1,7 @@
 //! Parser tests: every construct of the language, and malformed files with
 //! the line of the error.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use xvfs_filebench::ast::*;
 use xvfs_filebench::parse;

@@ -1,4 +1,6 @@
 //! Semantics on a host temporary directory, with exact expectations.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -9,8 +9,6 @@
 //! queue worker thread.
 
 #![deny(missing_docs)]
-#![warn(clippy::undocumented_unsafe_blocks)]
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 #[macro_use]
 pub mod ratelimit;

@@ -1,4 +1,6 @@
 //! A hostile guest: malformed requests and escape attempts.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,4 +1,6 @@
 //! Functional tests: each FUSE operation against a temporary directory.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

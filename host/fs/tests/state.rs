@@ -1,4 +1,6 @@
 //! Snapshot and restore of the inode and handle tables (live upgrade).
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

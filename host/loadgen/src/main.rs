@@ -5,8 +5,6 @@
 //! and latency percentiles as JSON. `loadgen native` runs the same operations
 //! as plain system calls on the host, as the limit to compare with.
 
-#![warn(clippy::undocumented_unsafe_blocks)]
-
 mod cli;
 mod client;
 mod fixture;

@@ -1,5 +1,7 @@
 //! Protocol tests: the daemon's vhost-user control plane and queue workers driven
 //! by vhost's `Frontend` and mock guest rings, without a VM.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
