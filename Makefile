@@ -26,7 +26,7 @@ export SHARE CMD QUEUES VCPUS MEM DAEMON DAEMON_ARGS XVFS_ACCEL
 # `make vm DAEMON=/opt/.../virtiofsd` does not need our daemon built.
 VM_BUILD := $(if $(filter $(DEFAULT_DAEMON),$(abspath $(DAEMON))),build)
 
-.PHONY: help deps build image vm test clean bench bench-quick upgrade-demo bench-daemon
+.PHONY: help deps build image vm test clean bench bench-quick upgrade-demo bench-daemon deb
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
@@ -40,6 +40,8 @@ help:
 	@echo 'make libvirt-up  install libvirt 11 (bookworm-backports) and start virtlogd + libvirtd by hand'
 	@echo 'make install  xvirtiofsd -> $$(PREFIX)/libexec, vhost-user descriptor -> /etc/qemu/vhost-user/'
 	@echo '             (libvirt then finds it without <binary path>); make uninstall removes both'
+	@echo 'make deb     build/deb/xvirtiofsd_<version>_amd64.deb: daemon, vhost-user descriptor,'
+	@echo '             man pages, systemd unit xvirtiofsd@.service (packaging/deb/)'
 	@echo 'make clean   remove build/'
 	@echo 'make bench        the 45 Filebench workloads of the FUSE paper: xvirtiofsd (1 queue, and'
 	@echo '                  2 queues + polling), virtiofsd, host native, guest tmpfs side by side'
@@ -70,6 +72,10 @@ upgrade-demo: deps build image
 
 clean:
 	rm -rf build
+
+# The Debian package (packaging/deb/build-deb.sh); its path is the last line.
+deb: build
+	@packaging/deb/build-deb.sh
 
 # The daemon benchmark: loadgen plays VMM and guest, so it needs no image.
 bench-daemon: build
