@@ -13,7 +13,9 @@
 #                       [--scale here|paper] [--configs "xvirtiofsd xvirtiofsd-mq virtiofsd host guest-tmpfs"]
 #                       [--out DIR]
 # Results: bench/results/<date>-<rev>/{raw/<config>/rep<k>/<workload>.json,
-# env.txt, report.md, *.png}. Every VM run holds /tmp/xvfs-vm.lock.
+# raw/<config>/rep<k>.daemon-cpu (the daemon's CPU seconds at the start and
+# end of each measured run), env.txt, report.md, *.png}. Every VM run holds
+# /tmp/xvfs-vm.lock.
 # Environment: QUEUES, VCPUS, MEM, XVFS_ACCEL, DAEMON_ARGS (xvirtiofsd only),
 # VIRTIOFSD (upstream binary), PYTHON (with matplotlib; default /usr/bin/python3).
 set -euo pipefail
@@ -40,7 +42,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 DROP_HELPER_PID=
 
 print_help() {
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 parse_args() {
@@ -68,17 +70,49 @@ parse_args() {
     fi
 }
 
-# Answers the guest's drop requests (bench/guest-drop.sh): drop the host's
-# caches, then delete the request.
+# CPU seconds used by the process PID and its descendants (all threads, live
+# and ended; virtiofsd serves from a child in its sandbox), or "-" when PID
+# is gone.
+cpu_seconds() {
+    local pid=$1 todo p stat ticks=0 found=0
+    todo=("$pid")
+    while [ "${#todo[@]}" -gt 0 ]; do
+        p=${todo[0]}
+        todo=("${todo[@]:1}")
+        stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+        found=1
+        # Fields after the parenthesised command name: utime and stime are 14, 15.
+        ticks=$((ticks + $(awk '{print $12 + $13}' <<<"${stat##*) }")))
+        # shellcheck disable=SC2207
+        todo+=($(cat /proc/"$p"/task/*/children 2>/dev/null))
+    done
+    if [ "$found" -eq 0 ]; then
+        echo -
+    else
+        awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f\n", t / hz}'
+    fi
+}
+
+# Answers the guest's requests (bench/guest-drop.sh): "start NAME" drops the
+# host's caches, "end NAME" drops nothing; both record the daemon's CPU time
+# (pid in PIDFILE, once run-vm wrote it) as "start|end NAME SECONDS" in
+# CPULOG; then the request is deleted.
 start_drop_helper() {
-    local q=$1/.xvfs-drop
+    local q=$1/.xvfs-drop pidfile=$2 cpulog=$3
     mkdir -p "$q"
+    : >"$cpulog"
     (
+        local r kind name pid
         while :; do
             for r in "$q"/req-*; do
                 [ -e "$r" ] || continue
-                sync
-                echo 3 >/proc/sys/vm/drop_caches
+                read -r kind name <"$r" || true
+                if [ "$kind" != end ]; then
+                    sync
+                    echo 3 >/proc/sys/vm/drop_caches
+                fi
+                pid=$(cat "$pidfile" 2>/dev/null || true)
+                [ -z "$pid" ] || echo "${kind:-start} ${name:-unknown} $(cpu_seconds "$pid")" >>"$cpulog"
                 rm -f "$r"
             done
             sleep 0.1
@@ -121,10 +155,11 @@ run_guest() {
     cp "$LIST" "$share/list.txt"
     n=$(grep -cvE '^[[:space:]]*(#|$)' "$LIST")
     timeout=$((n * (${RUNTIME:-60} + 90) + 120))
-    start_drop_helper "$share"
+    rm -rf "$out.vm"
+    start_drop_helper "$share" "$out.vm/daemon.pid" "$out.daemon-cpu"
     SHARE=$share DAEMON=$daemon DAEMON_ARGS=$args QUEUES=$queues XVFS_TIMEOUT=$timeout \
         XVFS_RUNDIR=$out.vm flock /tmp/xvfs-vm.lock "$XVFS_ROOT/vmm-config/run-vm" --cmd \
-        "/opt/xvfs/bin/xvfs-bench-run --runner /opt/xvfs/bin/xfilebench --workloads /opt/xvfs/workloads --list /mnt/shared/list.txt --vars /opt/xvfs/workloads/scale/$SCALE.vars --dir $dir --out /mnt/shared/out ${RUNTIME:+--runtime $RUNTIME} --drop /opt/xvfs/bin/xvfs-drop-caches" \
+        "/opt/xvfs/bin/xvfs-bench-run --runner /opt/xvfs/bin/xfilebench --workloads /opt/xvfs/workloads --list /mnt/shared/list.txt --vars /opt/xvfs/workloads/scale/$SCALE.vars --dir $dir --out /mnt/shared/out ${RUNTIME:+--runtime $RUNTIME} --drop /opt/xvfs/bin/xvfs-drop-caches --end '/opt/xvfs/bin/xvfs-drop-caches --end'" \
         2> >(tee "$out.vm.log" >&2) || rc=$?
     stop_drop_helper
     mkdir -p "$out"

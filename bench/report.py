@@ -4,8 +4,11 @@ performance paper's Table 6 (ops/s per workload, % difference against
 host-native and against virtiofsd, the paper's classes), the paper's Stackfs
 column beside ours, and PNG plots (one per workload class, one overall ratio
 chart). Only JSON results whose run reported no error count; a workload
-without one shows "n/a". report.json holds every figure with the JSON files
-it came from.
+without one shows "n/a". For the virtio-fs daemons it also gives the
+daemon's CPU seconds per 1,000 Filebench operations (from the CPU times
+bench.sh sampled at the start and end of each measured run, raw/<config>/
+rep<k>.daemon-cpu): a figure that does not depend on the guest's speed.
+report.json holds every figure with the files it came from.
 
 usage: bench/report.py RESULTS_DIR
 """
@@ -75,9 +78,33 @@ def marker(diff):
     return "!!"
 
 
+DAEMONS = ["xvirtiofsd", "xvirtiofsd-mq", "virtiofsd"]
+
+
+def daemon_cpu(rep_dir):
+    """{workload: daemon CPU seconds of its measured run} from REP.daemon-cpu."""
+    spans, start = {}, {}
+    try:
+        with open(rep_dir + ".daemon-cpu") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return spans
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 3 or parts[2] == "-":
+            continue
+        kind, name, secs = parts[0], parts[1], float(parts[2])
+        if kind == "start":
+            start[name] = secs
+        elif kind == "end" and name in start:
+            spans[name] = secs - start.pop(name)
+    return spans
+
+
 def load(results):
-    """{workload: {config: [(ops_per_s, path), ...]}} from error-free JSONs."""
-    data, rejected = {}, []
+    """{workload: {config: [(ops_per_s, path), ...]}} from error-free JSONs, and
+    {workload: {config: [(daemon CPU s per 1,000 ops, path), ...]}}."""
+    data, cpu, rejected = {}, {}, []
     raw = os.path.join(results, "raw")
     for cfg in sorted(os.listdir(raw)) if os.path.isdir(raw) else []:
         cdir = os.path.join(raw, cfg)
@@ -85,6 +112,7 @@ def load(results):
             rdir = os.path.join(cdir, rep)
             if not os.path.isdir(rdir) or rep.endswith(".vm"):
                 continue
+            spans = daemon_cpu(rdir) if cfg in DAEMONS else {}
             for fn in sorted(os.listdir(rdir)):
                 if not fn.endswith(".json"):
                     continue
@@ -99,9 +127,14 @@ def load(results):
                 if doc.get("error") or not runs or any(r.get("error") for r in runs):
                     rejected.append((path, doc.get("error") or "no run / run error"))
                     continue
-                ops = runs[-1]["summary"]["ops_per_s"]
-                data.setdefault(fn[:-5], {}).setdefault(cfg, []).append((ops, os.path.relpath(path, results)))
-    return data, rejected
+                summary = runs[-1]["summary"]
+                rel = os.path.relpath(path, results)
+                data.setdefault(fn[:-5], {}).setdefault(cfg, []).append((summary["ops_per_s"], rel))
+                secs = spans.get(fn[:-5])
+                if secs is not None and summary.get("ops"):
+                    cpu.setdefault(fn[:-5], {}).setdefault(cfg, []).append(
+                        (secs / summary["ops"] * 1000.0, rel))
+    return data, cpu, rejected
 
 
 def stats(samples):
@@ -123,6 +156,58 @@ def fmt_ops(s):
     m = s["median"]
     txt = f"{m:,.0f}" if m >= 100 else f"{m:,.1f}"
     return txt
+
+
+def fmt_cpu(s):
+    return "n/a" if s is None else f"{s['median']:.4f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b["median"] == 0:
+        return None
+    return a["median"] / b["median"]
+
+
+def geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    if not values:
+        return None
+    return statistics.geometric_mean(values)
+
+
+def cpu_section(order, cpu_table, report):
+    """The daemon-CPU table and its summary line (empty without samples)."""
+    shown = [c for c in DAEMONS if any(cpu_table[n].get(c) for n in order)]
+    if not shown:
+        return []
+    out = ["## Daemon CPU per 1,000 operations", "",
+           "CPU seconds of the daemon (all threads of its processes, from /proc/PID/stat) during each",
+           "measured run, per 1,000 Filebench operations of that run (median of the repetitions).",
+           "It measures the daemon's own cost, whatever the guest's speed; lower is better.", "",
+           "| # | Workload | " + " | ".join(LABEL[c] for c in shown) + " | xvirtiofsd ÷ virtiofsd |"
+           + (" 2q+poll ÷ virtiofsd |" if "xvirtiofsd-mq" in shown else ""),
+           "|" + "---|" * (3 + len(shown) + ("xvirtiofsd-mq" in shown))]
+    ratios, ratios_mq = [], []
+    for n in order:
+        t = cpu_table[n]
+        r = ratio(t.get("xvirtiofsd"), t.get("virtiofsd"))
+        r_mq = ratio(t.get("xvirtiofsd-mq"), t.get("virtiofsd"))
+        ratios.append(r)
+        ratios_mq.append(r_mq)
+        line = (f"| {row_of(n) or ''} | {n} | " + " | ".join(fmt_cpu(t.get(c)) for c in shown)
+                + f" | {'n/a' if r is None else f'{r:.2f}'} |")
+        if "xvirtiofsd-mq" in shown:
+            line += f" {'n/a' if r_mq is None else f'{r_mq:.2f}'} |"
+        out.append(line)
+        report["workloads"].setdefault(n, {})["daemon_cpu_s_per_1k_ops"] = t
+    g, g_mq = geomean(ratios), geomean(ratios_mq)
+    report["daemon_cpu_geomean_vs_virtiofsd"] = {"xvirtiofsd": g, "xvirtiofsd-mq": g_mq}
+    summary = "Daemon CPU per operation, geometric mean against virtiofsd: "
+    summary += "n/a" if g is None else f"xvirtiofsd {g:.2f}×"
+    if g_mq is not None:
+        summary += f", xvirtiofsd 2q+poll {g_mq:.2f}×"
+    summary += f" (over {sum(r is not None for r in ratios)} workloads; below 1 is cheaper)."
+    return out + ["", summary, ""]
 
 
 def fmt_pct(d):
@@ -197,9 +282,10 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     results = sys.argv[1]
-    data, rejected = load(results)
+    data, cpu, rejected = load(results)
     order = sorted(data, key=lambda n: (row_of(n) or 999, n))
     table = {n: {c: stats(data[n].get(c, [])) for c in CONFIGS} for n in order}
+    cpu_table = {n: {c: stats(cpu.get(n, {}).get(c, [])) for c in DAEMONS} for n in order}
     env = ""
     if os.path.exists(os.path.join(results, "env.txt")):
         with open(os.path.join(results, "env.txt")) as f:
@@ -250,6 +336,7 @@ def main():
         }
     out += ["", "xvirtiofsd against host native, by class: " +
             ", ".join(f"{k or 'n/a'} {v}" for k, v in sorted(counts.items())), ""]
+    out += cpu_section(order, cpu_table, report)
     if rejected:
         out += ["## Results left out (error or unreadable)", ""]
         out += [f"- `{os.path.relpath(p, results)}`: {w}" for p, w in rejected]

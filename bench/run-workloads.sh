@@ -5,8 +5,10 @@
 #
 # usage: run-workloads.sh --runner BIN --workloads DIR --list FILE --vars FILE
 #                         --dir WORKDIR --out OUTDIR [--runtime S] [--drop CMD]
-#                         [--seed N]
-# Before each measured run (after its filesets exist) CMD drops the caches.
+#                         [--seed N] [--end CMD2]
+# Before each measured run (after its filesets exist) CMD drops the caches;
+# after each run CMD2 (if given) marks its end. Both see the workload's name
+# in XVFS_BENCH_WORKLOAD.
 # After each workload everything in WORKDIR but the reusable keep-* data sets
 # is removed. Prints "[i/n] NAME (k left)" before and "[i/n] NAME: rc=R, IO
 # Summary…" after each workload; exits 1 if any workload failed.
@@ -15,7 +17,7 @@ set -eu
 say() { echo "xvfs-bench: $*"; }
 die() { say "error: $*" >&2; exit 2; }
 
-RUNNER='' WL='' LIST='' VARS='' DIR='' OUT='' RUNTIME='' DROP='' SEED=1
+RUNNER='' WL='' LIST='' VARS='' DIR='' OUT='' RUNTIME='' DROP='' END='' SEED=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --runner) RUNNER=$2; shift 2 ;;
@@ -27,7 +29,8 @@ while [ $# -gt 0 ]; do
         --runtime) RUNTIME=$2; shift 2 ;;
         --drop) DROP=$2; shift 2 ;;
         --seed) SEED=$2; shift 2 ;;
-        -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+        --end) END=$2; shift 2 ;;
+        -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
         *) die "unknown argument $1" ;;
     esac
 done
@@ -52,7 +55,10 @@ for name in $names; do
     [ -n "$RUNTIME" ] && set -- "$@" -D "runtime=$RUNTIME"
     [ -n "$DROP" ] && set -- "$@" --pre-run "$DROP"
     rc=0
+    XVFS_BENCH_WORKLOAD=$name
+    export XVFS_BENCH_WORKLOAD
     "$RUNNER" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+    [ -z "$END" ] || sh -c "$END" || say "[$i/$n] $name: end mark failed"
     say "[$i/$n] $name: rc=$rc $(grep 'IO Summary' "$OUT/$name.log" | tail -1)"
     if [ "$rc" -ne 0 ]; then
         failed=$((failed + 1))
