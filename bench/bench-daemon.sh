@@ -13,6 +13,12 @@
 # the daemon has no --poll flag, a single "xv" variant runs as is and the
 # report says so), virtiofsd (1 request queue only), native (host syscalls).
 #
+# Then the scaling table: 4 KiB reads (queue depth 1 per client) with 1, 2
+# and 4 client threads in total, against xvirtiofsd with 1, 2, 4 and 8
+# request queues (clients spread round-robin over them; both polling
+# variants) and against virtiofsd with 1 queue, as is and with a thread pool
+# of 1, 2 and 4 threads (--thread-pool-size): raw/scaling-c<T>__<variant>.
+#
 # Environment:
 #   BENCH_SECS (3)       measured seconds per run
 #   BENCH_WARMUP (0.3)   warm-up seconds per run
@@ -20,6 +26,7 @@
 #   BENCH_POLL_US (50)   --poll-us for the adaptive variant (the daemon's own
 #                        default is 0 on hosts with at most 2 CPUs)
 #   BENCH_CASES          space-separated subset of case names (default: all)
+#   BENCH_SCALING (1)    0: skip the scaling table
 #   BENCH_DIR            shared directory (default build/bench-share)
 #   VIRTIOFSD            upstream virtiofsd (default /opt/xvirtiofs/virtiofsd/bin/virtiofsd)
 #   XVIRTIOFSD           our daemon (default host/target/release/xvirtiofsd)
@@ -46,7 +53,11 @@ VM_LOCK=/tmp/xvfs-vm.lock
 # case name | loadgen workload options | client threads in total
 CASES=(
     "read4k-qd1|--workload read --bs 4k|1"
+    "read4k-qd2|--workload read --bs 4k --depth 2|1"
+    "read4k-qd4|--workload read --bs 4k --depth 4|1"
     "read4k-qd8|--workload read --bs 4k --depth 8|1"
+    "read4k-qd16|--workload read --bs 4k --depth 16|1"
+    "read4k-qd64|--workload read --bs 4k --depth 64|1"
     "read1m|--workload read --bs 1m|1"
     "write1m|--workload write --bs 1m|1"
     "getattr|--workload getattr|1"
@@ -101,6 +112,7 @@ daemon_cmd() {
             fi
             ;;
         virtiofsd) echo "$VIRTIOFSD ${common[*]} --log-level error" ;;
+        virtiofsd-pool*) echo "$VIRTIOFSD ${common[*]} --log-level error --thread-pool-size ${v#virtiofsd-pool}" ;;
         *) die "unknown variant $v" ;;
     esac
 }
@@ -112,20 +124,40 @@ run_one() {
     local tag=$variant
     [ "$variant" = native ] || tag=$variant-${queues}q${tpq}t
     local out=$RAW/${case}__${tag}__r${rep}.json
-    local -a cmd lg=(--dir "$SHARE" --threads "$tpq" --duration "$SECS" --warmup "$WARMUP"
+    local -a lg=(--dir "$SHARE" --threads "$tpq" --duration "$SECS" --warmup "$WARMUP"
         --label "$case/$tag" --output "$out" "$@")
     if [ "$variant" = native ]; then
-        cmd=("$LOADGEN" native "${lg[@]}")
+        measure "$case" "$tag" "$rep" "$out" "$LOADGEN" native "${lg[@]}"
     else
         local -a daemon
         read -r -a daemon <<<"$(daemon_cmd "$variant")"
-        cmd=("$LOADGEN" run --socket "$SOCK" --queues "$queues" "${lg[@]}" -- "${daemon[@]}")
+        measure "$case" "$tag" "$rep" "$out" \
+            "$LOADGEN" run --socket "$SOCK" --queues "$queues" "${lg[@]}" -- "${daemon[@]}"
     fi
-    local attempt
+}
+
+# run_scaling CLIENTS VARIANT QUEUES REP: 4 KiB reads, CLIENTS threads in
+# total over QUEUES request queues.
+run_scaling() {
+    local clients=$1 variant=$2 queues=$3 rep=$4 case=scaling-c$1
+    local tag=$variant-${queues}q
+    local out=$RAW/${case}__${tag}__r${rep}.json
+    local -a daemon
+    read -r -a daemon <<<"$(daemon_cmd "$variant")"
+    measure "$case" "$tag" "$rep" "$out" "$LOADGEN" run --socket "$SOCK" --queues "$queues" \
+        --clients "$clients" --dir "$SHARE" --workload read --bs 4k --duration "$SECS" \
+        --warmup "$WARMUP" --label "$case/$tag" --output "$out" -- "${daemon[@]}"
+}
+
+# measure CASE TAG REP OUT COMMAND...: runs COMMAND (which writes OUT) when
+# no VM runs; a run that a QEMU overlapped is measured again.
+measure() {
+    local case=$1 tag=$2 rep=$3 out=$4 attempt
+    shift 4
     for attempt in 1 2 3; do
         wait_for_no_vm
         printf 'xvfs: [%s] %-20s %-22s rep %s\n' "$(date +%T)" "$case" "$tag" "$rep" >&2
-        if ! "${cmd[@]}" 2>>"$LOG"; then
+        if ! "$@" 2>>"$LOG"; then
             note "run failed: $case $tag rep $rep (see $LOG)"
             rm -f "$out"
             return 0
@@ -136,6 +168,21 @@ run_one() {
         rm -f "$out"
     done
     note "$case $tag rep $rep: dropped, a QEMU kept starting during it"
+}
+
+# The scaling runs of one repetition.
+scaling_rep() {
+    local rep=$1 clients v q
+    for clients in 1 2 4; do
+        for v in "${XV_VARIANTS[@]}"; do
+            for q in 1 2 4 8; do
+                run_scaling "$clients" "$v" "$q" "$rep"
+            done
+        done
+        for v in virtiofsd virtiofsd-pool1 virtiofsd-pool2 virtiofsd-pool4; do
+            run_scaling "$clients" "$v" 1 "$rep"
+        done
+    done
 }
 
 # The variants of one case: (variant queues threads-per-queue) triples.
@@ -231,6 +278,7 @@ main() {
                 run_one "$case" "$v" "$q" "$tpq" "$rep" "${wopts[@]}"
             done < <(case_variants "$threads" "$pollwait")
         done
+        [ "${BENCH_SCALING:-1}" = 0 ] || scaling_rep "$rep"
     done
     say "measured in $((SECONDS - t0)) s"
     [ "$PAUSES" -eq 0 ] || note "paused $PAUSES time(s) while a QEMU ran (no run overlapped a VM; pgrep checked before each run)"

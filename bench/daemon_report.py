@@ -11,12 +11,17 @@ The figures are measurements, not tests: MISS does not fail anything.
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
 CASE_ORDER = [
     "read4k-qd1",
+    "read4k-qd2",
+    "read4k-qd4",
     "read4k-qd8",
+    "read4k-qd16",
+    "read4k-qd64",
     "read1m",
     "write1m",
     "getattr",
@@ -30,6 +35,8 @@ CASE_ORDER = [
 
 # The figure a case is judged by in the ratio columns.
 BYTES_CASES = {"read1m", "write1m"}
+# Client threads of the scaling table (cases scaling-c<N>).
+SCALING_CLIENTS = [1, 2, 4]
 
 
 def load(result_dir):
@@ -67,6 +74,17 @@ def med(runs, key, sub=None):
     return statistics.median(vals) if vals else None
 
 
+def cpu_per_request(runs):
+    """Median over runs of the daemon's CPU µs per request (None without data)."""
+    vals = []
+    for r in runs:
+        cpu = (r.get("cpu_s") or {}).get("daemon")
+        req = r.get("requests")
+        if isinstance(cpu, (int, float)) and isinstance(req, (int, float)) and req > 0:
+            vals.append(cpu / req * 1e6)
+    return statistics.median(vals) if vals else None
+
+
 def summarise(runs):
     s = {}
     for (case, variant), rs in runs.items():
@@ -82,6 +100,7 @@ def summarise(runs):
             "cpu_d": med(rs, "cpu_s", "daemon"),
             "cpu_c": med(rs, "cpu_s", "client"),
             "cpu_o": med(rs, "cpu_s", "other"),
+            "cpu_req": cpu_per_request(rs),
             "window": med(rs, "window_s"),
             "command": (rs[0].get("daemon") or {}).get("command"),
         }
@@ -102,10 +121,19 @@ def ratio(a, b):
     return a / b
 
 
+def variant_base(v):
+    """The daemon variant without its -<Q>q<T>t / -<Q>q suffix."""
+    return re.sub(r"-\d+q(\d+t)?$", "", v)
+
+
 def variant_key(v):
     order = ["xv-never", "xv-adaptive", "xv", "virtiofsd", "native"]
-    base = v.split("-1q")[0].split("-2q")[0]
-    return (order.index(base) if base in order else 9, v)
+    base = variant_base(v)
+    pool = re.match(r"virtiofsd-pool(\d+)$", base)
+    if pool:
+        return (order.index("virtiofsd"), int(pool.group(1)), v)
+    queues = re.search(r"-(\d+)q", v)
+    return (order.index(base) if base in order else 9, int(queues.group(1)) if queues else 0, v)
 
 
 def ours(variant):
@@ -113,9 +141,10 @@ def ours(variant):
 
 
 def baseline(s, case, prefix):
-    """The virtiofsd (1 queue, same client threads) or native entry of a case."""
+    """The virtiofsd (1 queue, same client threads, no thread pool) or native
+    entry of a case."""
     for (c, v), e in s.items():
-        if c == case and v.startswith(prefix):
+        if c == case and variant_base(v) == prefix:
             return e
     return None
 
@@ -131,21 +160,24 @@ def case_table(s, case):
     out = [
         f"### {case}",
         "",
-        f"| variant | ops/s | GB/s | p50 µs | p99 µs | p99.9 µs | daemon CPU s | other CPU s | "
-        f"÷ virtiofsd ({unit}) | ÷ virtiofsd (p50) | ÷ native ({unit}) | ÷ native (p50) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| variant | ops/s | GB/s | p50 µs | p99 µs | p99.9 µs | daemon CPU s | daemon CPU µs/req | "
+        f"other CPU s | ÷ virtiofsd ({unit}) | ÷ virtiofsd (p50) | ÷ virtiofsd (CPU/req) | "
+        f"÷ native ({unit}) | ÷ native (p50) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in rows:
         e = s[(case, v)]
         key = "gbs" if judge_bytes else "ops"
         r_v = ratio(e[key], vfd[key]) if vfd and ours(v) else None
         l_v = ratio(e["p50"], vfd["p50"]) if vfd and ours(v) else None
+        c_v = ratio(e["cpu_req"], vfd["cpu_req"]) if vfd and ours(v) else None
         r_n = ratio(e[key], nat[key]) if nat and v != "native" else None
         l_n = ratio(e["p50"], nat["p50"]) if nat and v != "native" else None
         out.append(
             f"| {v} | {fmt(e['ops'], 0)} | {fmt(e['gbs'], 3)} | {fmt(e['p50'])} | "
-            f"{fmt(e['p99'])} | {fmt(e['p999'])} | {fmt(e['cpu_d'], 2)} | {fmt(e['cpu_o'], 2)} | "
-            f"{fmt(r_v, 2)} | {fmt(l_v, 2)} | {fmt(r_n, 3)} | {fmt(l_n, 1)} |"
+            f"{fmt(e['p99'])} | {fmt(e['p999'])} | {fmt(e['cpu_d'], 2)} | {fmt(e['cpu_req'], 2)} | "
+            f"{fmt(e['cpu_o'], 2)} | {fmt(r_v, 2)} | {fmt(l_v, 2)} | {fmt(c_v, 2)} | "
+            f"{fmt(r_n, 3)} | {fmt(l_n, 1)} |"
         )
     out.append("")
     return out
@@ -223,6 +255,34 @@ def targets(s):
     return lines
 
 
+def scaling_table(s, host):
+    """4 KiB reads: ops/s and daemon CPU µs per request by variant (rows) and
+    client threads (columns)."""
+    cols = [n for n in SCALING_CLIENTS if any(c == f"scaling-c{n}" for (c, _) in s)]
+    if not cols:
+        return []
+    variants = sorted({v for (c, v) in s if c.startswith("scaling-c")}, key=variant_key)
+    out = [
+        "## Scaling: request queues × client threads",
+        "",
+        f"4 KiB reads, one request in flight per client thread, on this machine ({host}): "
+        "the clients and the daemon share these CPUs, so more threads than CPUs cannot add "
+        "throughput. xvirtiofsd variants `-<Q>q` offer Q request queues with the clients spread "
+        "round-robin over them (queues beyond the clients stay idle); virtiofsd has 1 queue, "
+        "`virtiofsd-pool<P>` with `--thread-pool-size P`.",
+        "",
+        "| variant | " + " | ".join(f"{n} client(s) ops/s | µs CPU/req" for n in cols) + " |",
+        "|---|" + "---:|---:|" * len(cols),
+    ]
+    for v in variants:
+        cells = []
+        for n in cols:
+            e = s.get((f"scaling-c{n}", v))
+            cells += [fmt(e["ops"], 0) if e else "–", fmt(e["cpu_req"], 2) if e else "–"]
+        out.append(f"| {v} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def plot(s, path):
     import matplotlib
 
@@ -230,7 +290,7 @@ def plot(s, path):
     import matplotlib.pyplot as plt
 
     cases = [c for c in CASE_ORDER if any(k[0] == c for k in s)]
-    variants = sorted({v for (_, v) in s}, key=variant_key)
+    variants = sorted({v for (c, v) in s if c in cases}, key=variant_key)
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
     width = 0.8 / max(len(variants), 1)
     for i, v in enumerate(variants):
@@ -284,7 +344,9 @@ def main():
         "client threads wait for replies on the call eventfd (as a guest takes an interrupt) "
         "unless the case name ends in -pollwait (spinning on the used index)",
         "- CPU columns: seconds of CPU in the measured window; 'other' is the host's busy time "
-        "minus loadgen and the back-end (anything else that ran: compare rows with care when it is high)",
+        "minus loadgen and the back-end (anything else that ran: compare rows with care when it is high); "
+        "'daemon CPU µs/req' is the back-end's CPU time (all its threads) divided by the requests "
+        "completed in the window",
         "- native: the same operations as host system calls (pread, fstat, fstatat, "
         "open/close/unlink, getdents64 + fstatat), one at a time per thread",
         "",
@@ -293,9 +355,11 @@ def main():
         lines += ["## Notes", ""] + [f"- {n}" for n in m["note"]] + [""]
     lines += ["## Targets (measurements, not tests)", ""] + targets(s) + [""]
     lines += ["## Results", ""]
-    for c in CASE_ORDER + sorted({c for (c, _) in s} - set(CASE_ORDER)):
+    others = {c for (c, _) in s if not c.startswith("scaling-c")} - set(CASE_ORDER)
+    for c in CASE_ORDER + sorted(others):
         lines += case_table(s, c)
-    cmds = sorted({(v.split("-1q")[0].split("-2q")[0], e["command"]) for (_, v), e in s.items() if e["command"]})
+    lines += scaling_table(s, m.get("host", "?"))
+    cmds = sorted({(variant_base(v), e["command"]) for (_, v), e in s.items() if e["command"]})
     lines += ["## Back-end command lines", ""]
     seen = set()
     for v, cmd in cmds:

@@ -94,6 +94,11 @@ pub struct RunArgs {
     /// guest takes an interrupt) or spin on the used index
     #[arg(long, value_enum, default_value = "event")]
     pub wait: Wait,
+    /// Client threads in total, spread over the request queues round-robin
+    /// (instead of --threads per queue); with more queues than clients the
+    /// other queues stay idle
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub clients: Option<u32>,
     /// Virtqueue size (power of two; 4 descriptors per request in flight)
     #[arg(long, default_value_t = 256)]
     pub queue_size: u16,

@@ -411,6 +411,21 @@ fn handshake(c: &mut Client) -> Result<(u32, u32, Nodes), ClientError> {
     Ok((minor, max_write, nodes))
 }
 
+/// Client threads on each request queue: --threads each, or --clients
+/// spread round-robin.
+fn threads_per_queue(r: &RunArgs) -> Vec<u32> {
+    match r.clients {
+        Some(n) => (0..r.queues)
+            .map(|q| n / r.queues + u32::from(q < n % r.queues))
+            .collect(),
+        None => vec![r.common.threads; r.queues as usize],
+    }
+}
+
+fn max_threads_per_queue(r: &RunArgs) -> u32 {
+    threads_per_queue(r).into_iter().max().unwrap_or(0)
+}
+
 fn run_vhost(r: RunArgs) -> Result<(), RunError> {
     let c = &r.common;
     let p = params(c)?;
@@ -420,11 +435,11 @@ fn run_vhost(r: RunArgs) -> Result<(), RunError> {
             r.queue_size
         )));
     }
-    let per_queue = c.threads * c.depth;
+    let per_queue = max_threads_per_queue(&r) * c.depth;
     let slots = u32::from(r.queue_size / crate::ring::DESCS_PER_SLOT);
     if per_queue > slots {
         return Err(RunError::Usage(format!(
-            "--threads x --depth = {per_queue} requests in flight per queue; a queue of {} holds {slots}",
+            "client threads x --depth = {per_queue} requests in flight per queue; a queue of {} holds {slots}",
             r.queue_size
         )));
     }
@@ -462,7 +477,7 @@ fn drive<'a>(
         Geometry {
             queues: r.queues as usize,
             queue_size: r.queue_size,
-            slots: (c.threads * c.depth) as u16,
+            slots: (max_threads_per_queue(r) * c.depth) as u16,
             payload,
         },
     )?;
@@ -489,13 +504,16 @@ fn drive<'a>(
         }
     }
 
-    let nthreads = r.queues * c.threads;
+    let plan = threads_per_queue(r);
+    let nthreads: u32 = plan.iter().sum();
     let start = Arc::new(Barrier::new(nthreads as usize + 1));
     let mut handles = Vec::new();
-    for (qi, chan) in dev.queues.iter().enumerate() {
-        for t in 0..c.threads {
+    let mut next_tid = 0u32;
+    for (qi, (chan, &nq)) in dev.queues.iter().zip(&plan).enumerate() {
+        for t in 0..nq {
             let slots: Vec<u16> = (t * c.depth..(t + 1) * c.depth).map(|s| s as u16).collect();
-            let tid = qi as u32 * c.threads + t;
+            let tid = next_tid;
+            next_tid += 1;
             let client = Client::new(chan.clone(), slots, r.wait, tid);
             let (hp, st) = (dev.hiprio.clone(), start.clone());
             let h = std::thread::Builder::new()
@@ -514,7 +532,7 @@ fn drive<'a>(
     let layout = Layout {
         queues: Some(r.queues),
         threads: nthreads,
-        threads_per_queue: Some(c.threads),
+        threads_per_queue: plan.iter().all(|&n| n == plan[0]).then(|| plan[0]),
         depth: c.depth,
         wait: Some(r.wait.name()),
         daemon: Some(DaemonInfo {
@@ -529,4 +547,31 @@ fn drive<'a>(
     };
     dev.disconnect();
     Ok(summary("vhost-user", c, out, layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["loadgen", "run", "--socket", "/s", "--dir", "/d"];
+        argv.extend_from_slice(extra);
+        match Args::try_parse_from(argv).expect("parse").cmd {
+            Cmd::Run(r) => r,
+            _ => panic!("not run"),
+        }
+    }
+
+    #[test]
+    fn clients_spread_round_robin_over_the_queues() {
+        let r = run_args(&["--queues", "4", "--threads", "3"]);
+        assert_eq!(threads_per_queue(&r), [3, 3, 3, 3]);
+        let r = run_args(&["--queues", "4", "--clients", "2"]);
+        assert_eq!(threads_per_queue(&r), [1, 1, 0, 0]);
+        let r = run_args(&["--queues", "2", "--clients", "5"]);
+        assert_eq!(threads_per_queue(&r), [3, 2]);
+        assert_eq!(max_threads_per_queue(&r), 3);
+    }
 }
