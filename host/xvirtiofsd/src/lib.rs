@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod metrics_file;
 pub mod queue;
 pub mod sandbox;
+pub mod service_manager;
 pub mod sys;
 pub mod upgrade;
 pub mod vhost_user;
