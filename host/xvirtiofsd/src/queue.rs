@@ -419,9 +419,11 @@ impl WorkerCtx {
             self.stats
                 .record(bytes, started.elapsed().as_nanos() as u64);
             served += 1;
-        }
-        if served > 0 && self.queue.needs_notification(mem)? {
-            self.notify();
+            // Tell the guest at once (when it asks to be told): it can
+            // consume this reply and queue more work while we serve the rest.
+            if self.queue.needs_notification(mem)? {
+                self.notify();
+            }
         }
         Ok(served)
     }
