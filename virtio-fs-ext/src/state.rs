@@ -1,4 +1,5 @@
-//! The state a daemon hands to its successor (format version 1).
+//! The state a daemon hands to its successor (format version
+//! [`frame::FORMAT_VERSION`]: one number for the whole blob).
 //!
 //! File descriptors are not part of the serialized data: they travel beside it
 //! over SCM_RIGHTS, in one list, and every `*_fd` field here is an index into
@@ -9,32 +10,28 @@
 use serde::{Deserialize, Serialize};
 use xvfs_fs::passthrough::state::FsState;
 
+use crate::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
 use crate::frame::{self, FrameError};
 
 /// The daemon's settings (from its command line) that the successor keeps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigState {
     pub shared_dir: String,
-    /// 0 never, 1 auto, 2 metadata, 3 always.
-    pub cache: u8,
+    pub cache: CacheMode,
     pub xattr: bool,
     pub readonly: bool,
     pub writeback: bool,
     pub allow_direct_io: bool,
     pub readdirplus: bool,
-    /// 0 namespace, 1 chroot, 2 none.
-    pub sandbox: u8,
-    /// 0 none, 1 kill, 2 log, 3 trap.
-    pub seccomp: u8,
+    pub sandbox: SandboxMode,
+    pub seccomp: SeccompAction,
     /// Request queues offered.
     pub queues: u16,
-    /// 0 never, 1 always, 2 adaptive.
-    pub poll_mode: u8,
+    pub poll_mode: PollMode,
     pub poll_us: u64,
     pub queue_cpus: Vec<u32>,
     pub metrics_file: Option<String>,
-    /// 0 error … 4 trace, 5 off.
-    pub log_level: u8,
+    pub log_level: LogLevel,
     /// The `--socket-path` the daemon was started with (informational).
     pub socket_path: Option<String>,
 }
@@ -79,7 +76,7 @@ pub struct DeviceState {
     pub vrings: Vec<VringState>,
 }
 
-/// Everything, version 1.
+/// Everything, as of [`frame::FORMAT_VERSION`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DaemonState {
     /// `--version` of the daemon that wrote it.
@@ -116,6 +113,8 @@ pub enum StateError {
     Frame(#[from] FrameError),
     #[error("state payload does not decode")]
     Decode(#[from] postcard::Error),
+    #[error("state payload has {0} bytes after its end")]
+    Trailing(usize),
     #[error("state refers to descriptor {index}, but only {count} were received")]
     FdIndex { index: u32, count: usize },
     #[error("state is inconsistent: {0}")]
@@ -129,13 +128,18 @@ impl DaemonState {
         Ok(frame::encode(frame::FORMAT_VERSION, &payload))
     }
 
-    /// Parses a framed blob of any supported version.
+    /// Parses a framed blob of the current format version. An unknown enum
+    /// value, a truncated field or trailing bytes are refused.
     pub fn decode(blob: &[u8]) -> Result<DaemonState, StateError> {
         let (version, payload) = frame::decode(blob)?;
-        match version {
-            1 => Ok(postcard::from_bytes(payload)?),
-            v => Err(StateError::Frame(FrameError::Version(v))),
+        if version != frame::FORMAT_VERSION {
+            return Err(StateError::Frame(FrameError::Version(version)));
         }
+        let (state, rest) = postcard::take_from_bytes(payload)?;
+        if !rest.is_empty() {
+            return Err(StateError::Trailing(rest.len()));
+        }
+        Ok(state)
     }
 
     /// Checks every descriptor index and the ranges the device relies on.

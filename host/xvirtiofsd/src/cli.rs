@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+pub use virtio_fs_ext::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
 
 /// `--version`: the package version, with the build tag if one was set.
 pub const VERSION: &str = env!("XVFS_VERSION");
@@ -64,57 +65,6 @@ EXIT STATUS:
     1   a runtime error ended serving (the message says what failed)
     2   invalid command line
     3   set-up failed: shared directory, socket, sandbox or seccomp";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CacheMode {
-    Never,
-    Auto,
-    Metadata,
-    Always,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SandboxMode {
-    /// New mount, network and IPC namespaces; the shared directory becomes `/` (pivot_root).
-    Namespace,
-    /// chroot(2) into the shared directory (for containers without namespace rights).
-    Chroot,
-    /// No sandbox (the file system layer still confines every path).
-    None,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SeccompAction {
-    /// No system call filter.
-    None,
-    /// Kill the process on a system call outside the allow-list.
-    Kill,
-    /// Log it and allow it (for finding missing entries).
-    Log,
-    /// Send SIGSYS.
-    Trap,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PollArg {
-    /// Sleep on the kick eventfd right after each batch of requests.
-    Never,
-    /// Poll for the whole window after every batch.
-    Always,
-    /// Poll only while requests arrive faster than the window plus the cost of
-    /// a wake-up (measured at start).
-    Adaptive,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogLevel {
-    Error,
-    Warn,
-    Info,
-    Debug,
-    Trace,
-    Off,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InodeFileHandles {
@@ -196,7 +146,7 @@ pub struct Opt {
     /// Busy-event wait: after a batch, poll the ring before sleeping on the kick
     /// eventfd (see POLLING).
     #[arg(long, value_enum, value_name = "MODE", default_value = "adaptive")]
-    pub poll: PollArg,
+    pub poll: PollMode,
 
     /// Poll window in microseconds. Default: 0 (no polling) on hosts with at most
     /// 2 CPUs, whose polling would take time from the guest's vCPUs; 50 otherwise.

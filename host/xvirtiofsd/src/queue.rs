@@ -23,16 +23,17 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::FsServer as Server;
 use log::{error, warn};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use xvfs_fs::ratelimit::RateLimiter;
-use xvfs_fs::Server;
 
 use crate::chain::split_chain;
 use crate::mem::GuestMemoryMmap;
 pub use crate::metrics::QueueStats;
 use crate::sys;
+pub use virtio_fs_ext::config::PollMode;
 
 /// Largest ring size we accept (the virtio maximum for split rings).
 pub const MAX_QUEUE_SIZE: u16 = 32768;
@@ -63,17 +64,6 @@ pub struct RingConfig {
 
 /// The call eventfd, replaceable while the worker runs (SET_VRING_CALL).
 pub type CallFd = Arc<RwLock<Option<File>>>;
-
-/// How a worker waits for the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PollMode {
-    /// Sleep on the kick eventfd right after each batch.
-    Never,
-    /// Always poll for the window before sleeping.
-    Always,
-    /// Poll only while requests arrive faster than window + wake-up cost.
-    Adaptive,
-}
 
 /// Busy-wait settings shared by every worker.
 #[derive(Debug, Clone, Copy)]

@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::FsServer as Server;
 use log::{info, warn};
 use virtio_fs_ext::handover::{self, HandoverError};
 use virtio_fs_ext::state::{ConfigState, DaemonState, StateError};
-use xvfs_fs::Server;
 
 use crate::cli::VERSION;
 use crate::sys;

@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
+use crate::FsServer as Server;
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
     FrontendReq, VhostUserMemory, VhostUserMemoryRegion, VhostUserSingleMemoryRegion, VhostUserU64,
@@ -21,7 +22,6 @@ use vhost::vhost_user::message::{
 use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vm_memory::{ByteValued, GuestMemoryAtomic};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-use xvfs_fs::Server;
 
 use virtio_fs_ext::state::{DeviceState, RegionState, VringState};
 
