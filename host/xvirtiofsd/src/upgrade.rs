@@ -154,7 +154,8 @@ fn send_everything(
 }
 
 /// Test hooks for the failure tests, chosen with XVFS_UPGRADE_FAULT in the new
-/// daemon's environment.
+/// daemon's environment. Only a build with the `fault-injection` feature reads
+/// that variable; any other build always has [`Fault::None`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     None,
@@ -171,6 +172,12 @@ pub enum Fault {
 }
 
 impl Fault {
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn from_env() -> Fault {
+        Fault::None
+    }
+
+    #[cfg(feature = "fault-injection")]
     pub fn from_env() -> Fault {
         match std::env::var("XVFS_UPGRADE_FAULT").as_deref() {
             Ok("exit-at-start") => Fault::ExitAtStart,
