@@ -13,8 +13,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::metrics::{queues_json, QueueStats};
+use serde::Serialize;
+
+use crate::metrics::{queue_reports, QueueReport, QueueStats};
 use crate::sys;
+
+/// The metrics file's content.
+#[derive(Debug, Serialize)]
+struct MetricsSnapshot {
+    uptime_s: u64,
+    pid: u32,
+    queues: Vec<QueueReport>,
+}
 
 pub struct MetricsWriter {
     dir: OwnedFd,
@@ -58,12 +68,14 @@ impl MetricsWriter {
     }
 
     fn snapshot(&self, started: Instant, stats: &[Arc<QueueStats>]) -> io::Result<()> {
-        self.write(&format!(
-            "{{\"uptime_s\":{},\"pid\":{},\"queues\":{}}}\n",
-            started.elapsed().as_secs(),
-            std::process::id(),
-            queues_json(stats)
-        ))
+        let snapshot = MetricsSnapshot {
+            uptime_s: started.elapsed().as_secs(),
+            pid: std::process::id(),
+            queues: queue_reports(stats),
+        };
+        let mut json = serde_json::to_string(&snapshot).map_err(io::Error::other)?;
+        json.push('\n');
+        self.write(&json)
     }
 
     /// Starts the thread that rewrites the file every second; the returned
