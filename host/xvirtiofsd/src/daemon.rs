@@ -154,7 +154,7 @@ impl Daemon {
             .filter(|_| opt.sandbox == SandboxMode::None);
         Ok(Daemon {
             cfg,
-            dev: Device::new(dev_cfg, server),
+            dev: Device::new(dev_cfg, server)?,
             conn,
             control,
             status,

@@ -18,6 +18,8 @@ pub struct QueueStats {
     pub bytes: AtomicU64,
     /// Chains rejected before reaching the FUSE layer.
     pub bad_chains: AtomicU64,
+    /// Times the guest corrupted the ring and the queue was marked broken.
+    pub ring_faults: AtomicU64,
     /// Interrupts sent to the guest.
     pub notifications: AtomicU64,
     /// Batches found while busy-polling the ring.
@@ -74,6 +76,7 @@ impl QueueStats {
             requests: Self::get(&self.requests),
             bytes: Self::get(&self.bytes),
             bad_chains: Self::get(&self.bad_chains),
+            ring_faults: Self::get(&self.ring_faults),
             notifications: Self::get(&self.notifications),
             found_by_poll: Self::get(&self.found_by_poll),
             found_by_wakeup: Self::get(&self.found_by_wakeup),
@@ -110,6 +113,7 @@ pub struct QueueReport {
     pub requests: u64,
     pub bytes: u64,
     pub bad_chains: u64,
+    pub ring_faults: u64,
     pub notifications: u64,
     pub found_by_poll: u64,
     pub found_by_wakeup: u64,

@@ -112,7 +112,7 @@ impl Vmm {
         let (ours, theirs) = UnixStream::pair().expect("socketpair");
         let server = server_for(dir);
         let handle = std::thread::spawn(move || {
-            let mut dev = Device::new(cfg, server);
+            let mut dev = Device::new(cfg, server).expect("device");
             let mut conn = Connection::new(theirs);
             let r = conn.serve(&mut dev, None).map(|_| ());
             dev.stop_all();
