@@ -197,3 +197,115 @@ impl DaemonState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvfs_fs::passthrough::state::FsState;
+
+    fn sample() -> DaemonState {
+        DaemonState {
+            writer_version: "v".into(),
+            writer_pid: 7,
+            started_unix_ms: 9,
+            upgrades: 0,
+            config: ConfigState {
+                shared_dir: "/s".into(),
+                cache: CacheMode::Always,
+                xattr: false,
+                readonly: false,
+                writeback: false,
+                allow_direct_io: false,
+                readdirplus: true,
+                sandbox: SandboxMode::Namespace,
+                seccomp: SeccompAction::Kill,
+                queues: 1,
+                poll_mode: PollMode::Adaptive,
+                poll_us: 50,
+                queue_cpus: Vec::new(),
+                metrics_file: None,
+                log_level: LogLevel::Info,
+                socket_path: None,
+            },
+            vhost_socket_fd: 0,
+            control_socket_fd: None,
+            control_path: None,
+            log_fd: None,
+            pid_file_fds: Vec::new(),
+            device: DeviceState {
+                acked_features: 0,
+                acked_protocol: 0,
+                owner: true,
+                max_queues: 2,
+                regions: Vec::new(),
+                vrings: Vec::new(),
+            },
+            fs: FsState {
+                version: 1,
+                root_dev: 1,
+                root_ino: 2,
+                session: None,
+                next_id: 3,
+                inodes: Vec::new(),
+                handles: Vec::new(),
+            },
+            fs_fd_base: 1,
+        }
+    }
+
+    fn payload(st: &DaemonState) -> Vec<u8> {
+        postcard::to_stdvec(st).expect("encode")
+    }
+
+    #[test]
+    fn round_trip() {
+        let st = sample();
+        let blob = st.encode().expect("encode");
+        assert_eq!(DaemonState::decode(&blob).expect("decode"), st);
+    }
+
+    #[test]
+    fn unknown_enum_value_is_refused_not_defaulted() {
+        let mut p = payload(&sample());
+        // writer_version "v" (2 bytes), writer_pid, started_unix_ms,
+        // upgrades (1 byte each), shared_dir "/s" (3 bytes): then `cache`.
+        let at = 2 + 1 + 1 + 1 + 3;
+        assert_eq!(p[at], 3, "CacheMode::Always is variant 3");
+        p[at] = 9;
+        let err = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &p))
+            .expect_err("an unknown cache mode must be refused");
+        assert!(matches!(err, StateError::Decode(_)), "{err:?}");
+    }
+
+    #[test]
+    fn other_versions_are_refused() {
+        let p = payload(&sample());
+        for v in [1, frame::FORMAT_VERSION + 1] {
+            let err = DaemonState::decode(&frame::encode(v, &p)).expect_err("version");
+            assert!(
+                matches!(err, StateError::Frame(FrameError::Version(got)) if got == v),
+                "{err:?}"
+            );
+            let cause = std::error::Error::source(&err).map(|c| c.to_string());
+            assert!(
+                cause
+                    .as_deref()
+                    .is_some_and(|c| c.contains("format version")),
+                "{cause:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_or_padded_payload_is_refused() {
+        let p = payload(&sample());
+        let short = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &p[..p.len() - 1]))
+            .expect_err("truncated");
+        assert!(matches!(short, StateError::Decode(_)), "{short:?}");
+        let mut long = p.clone();
+        long.push(0);
+        let long = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &long))
+            .expect_err("trailing byte");
+        assert!(matches!(long, StateError::Trailing(1)), "{long:?}");
+    }
+}
