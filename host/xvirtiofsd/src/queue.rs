@@ -211,6 +211,9 @@ pub struct WorkerFds {
 #[derive(Debug)]
 pub struct Worker {
     stop: Arc<AtomicBool>,
+    /// Set by the thread, before it signals the supervisor, when it ends on
+    /// a fault.
+    faulted: Arc<AtomicBool>,
     stop_fd: Arc<OwnedFd>,
     handle: JoinHandle<WorkerExit>,
 }
@@ -227,6 +230,7 @@ impl Worker {
     ) -> Result<Worker, QueueError> {
         let queue = build_queue(&cfg, &mem)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let faulted = Arc::new(AtomicBool::new(false));
         let stop_fd = Arc::new(sys::eventfd().map_err(|source| QueueError::Spawn {
             index: cfg.index,
             source,
@@ -241,6 +245,7 @@ impl Worker {
             server,
             stats,
             stop: Arc::clone(&stop),
+            faulted: Arc::clone(&faulted),
             stop_fd: Arc::clone(&stop_fd),
             bad_chain_log: RateLimiter::new(),
             policy: PollPolicy::new(opts.poll),
@@ -255,6 +260,7 @@ impl Worker {
             })?;
         Ok(Worker {
             stop,
+            faulted,
             stop_fd,
             handle,
         })
@@ -269,9 +275,10 @@ impl Worker {
         self.handle.join().ok()
     }
 
-    /// True once the thread has ended (on a fault: nobody asked it to).
-    pub fn is_finished(&self) -> bool {
-        self.handle.is_finished()
+    /// True once the thread has ended on a fault, or is about to: joining it
+    /// ([`Worker::stop`]) does not wait for a request.
+    pub fn has_faulted(&self) -> bool {
+        self.faulted.load(Ordering::Acquire)
     }
 }
 
@@ -318,6 +325,7 @@ struct WorkerCtx {
     server: Arc<Server>,
     stats: Arc<QueueStats>,
     stop: Arc<AtomicBool>,
+    faulted: Arc<AtomicBool>,
     stop_fd: Arc<OwnedFd>,
     bad_chain_log: RateLimiter,
     policy: PollPolicy,
@@ -335,6 +343,7 @@ impl WorkerCtx {
         let fault = self.serve_loop().err();
         if fault.is_some() {
             // The supervisor logs it, once; the worker only reports it.
+            self.faulted.store(true, Ordering::Release);
             let _ = sys::eventfd_signal(self.supervisor.as_fd());
         }
         WorkerExit {

@@ -123,6 +123,7 @@ impl Device {
                     crate::error_chain(&fault)
                 );
             }
+            v.signal_error();
         }
     }
 

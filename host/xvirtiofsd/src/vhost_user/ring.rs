@@ -145,10 +145,9 @@ impl Vring {
     }
 
     /// Running → Broken when the worker has ended on a fault: keeps its
-    /// position and signals the error eventfd the front-end gave
-    /// (SET_VRING_ERR). Returns the fault; `None` while the worker runs.
+    /// position. Returns the fault; `None` while the worker runs.
     pub(super) fn reap(&mut self) -> Option<RingFault> {
-        if !matches!(&self.state, RingState::Running { worker, .. } if worker.is_finished()) {
+        if !matches!(&self.state, RingState::Running { worker, .. } if worker.has_faulted()) {
             return None;
         }
         let RingState::Running { kick, worker } = std::mem::take(&mut self.state) else {
@@ -162,9 +161,14 @@ impl Vring {
             return None;
         };
         self.state = RingState::Broken { kick };
+        Some(fault)
+    }
+
+    /// Tells the front-end the ring is broken, on the error eventfd it gave
+    /// (SET_VRING_ERR), if any.
+    pub(super) fn signal_error(&self) {
         if let Some(err) = &self.err {
             let _ = sys::eventfd_signal(err.as_fd());
         }
-        Some(fault)
     }
 }
