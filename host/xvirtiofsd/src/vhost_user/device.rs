@@ -275,17 +275,27 @@ impl Device {
         fds: Vec<File>,
     ) -> Result<Option<Vec<u8>>> {
         use FrontendReq as R;
-        let expect_fds = |want: usize, fds: &Vec<File>| {
-            if fds.len() == want {
-                Ok(())
-            } else {
-                Err(VhostUserError::BadFds {
-                    req,
-                    want,
-                    got: fds.len(),
-                })
-            }
-        };
+        match req {
+            R::SET_VRING_NUM
+            | R::SET_VRING_ADDR
+            | R::SET_VRING_BASE
+            | R::GET_VRING_BASE
+            | R::SET_VRING_KICK
+            | R::SET_VRING_CALL
+            | R::SET_VRING_ERR
+            | R::SET_VRING_ENABLE => self.handle_vring(req, body, fds),
+            _ => self.handle_device(req, body, fds),
+        }
+    }
+
+    /// Messages about the whole device: features, owner, memory.
+    fn handle_device(
+        &mut self,
+        req: FrontendReq,
+        body: &[u8],
+        fds: Vec<File>,
+    ) -> Result<Option<Vec<u8>>> {
+        use FrontendReq as R;
         match req {
             R::GET_FEATURES => Ok(Some(u64_reply(Self::features()))),
             R::SET_FEATURES => {
@@ -323,52 +333,12 @@ impl Device {
             R::GET_QUEUE_NUM => Ok(Some(u64_reply(self.cfg.max_queues as u64))),
             R::GET_MAX_MEM_SLOTS => Ok(Some(u64_reply(MAX_REGIONS as u64))),
             R::SET_MEM_TABLE => {
-                let hdr_len = std::mem::size_of::<VhostUserMemory>();
-                let reg_len = std::mem::size_of::<VhostUserMemoryRegion>();
-                if body.len() < hdr_len {
-                    return Err(VhostUserError::BadSize {
-                        req,
-                        got: body.len(),
-                        want: hdr_len,
-                    });
-                }
-                let hdr = parse::<VhostUserMemory>(req, &body[..hdr_len])?;
-                let n = hdr.num_regions as usize;
-                if n == 0 || n > MAX_ATTACHED_FD_ENTRIES {
-                    return Err(VhostUserError::InvalidPayload(req));
-                }
-                if body.len() != hdr_len + n * reg_len {
-                    return Err(VhostUserError::BadSize {
-                        req,
-                        got: body.len(),
-                        want: hdr_len + n * reg_len,
-                    });
-                }
-                expect_fds(n, &fds)?;
-                let mut regions = Vec::with_capacity(n);
-                for (i, file) in fds.into_iter().enumerate() {
-                    let off = hdr_len + i * reg_len;
-                    let r = parse::<VhostUserMemoryRegion>(req, &body[off..off + reg_len])?;
-                    regions.push(Region {
-                        gpa: r.guest_phys_addr,
-                        size: r.memory_size,
-                        user_addr: r.user_addr,
-                        mmap_offset: r.mmap_offset,
-                        file: Arc::new(file),
-                    });
-                }
-                let mapped = self.mem_table.set(regions)?;
-                self.install_memory(mapped);
-                info!(
-                    "guest memory: {} region(s), {} MiB",
-                    self.mem_table.regions().len(),
-                    self.mem_table.regions().iter().map(|r| r.size).sum::<u64>() >> 20
-                );
+                self.set_mem_table(req, body, fds)?;
                 Ok(None)
             }
             R::ADD_MEM_REG => {
                 let r = parse::<VhostUserSingleMemoryRegion>(req, body)?;
-                expect_fds(1, &fds)?;
+                expect_fds(req, 1, &fds)?;
                 let Some(file) = fds.into_iter().next() else {
                     return Err(VhostUserError::InvalidPayload(req));
                 };
@@ -388,6 +358,23 @@ impl Device {
                 self.install_memory(mapped);
                 Ok(None)
             }
+            R::SET_BACKEND_REQ_FD => {
+                // Not offered; a front-end sending it anyway gets its fd closed.
+                Ok(None)
+            }
+            other => Err(VhostUserError::Unsupported(other.into())),
+        }
+    }
+
+    /// Messages about one vring.
+    fn handle_vring(
+        &mut self,
+        req: FrontendReq,
+        body: &[u8],
+        fds: Vec<File>,
+    ) -> Result<Option<Vec<u8>>> {
+        use FrontendReq as R;
+        match req {
             R::SET_VRING_NUM => {
                 let s = parse::<VhostUserVringState>(req, body)?;
                 let num = s.num;
@@ -427,37 +414,7 @@ impl Device {
                 ))
             }
             R::SET_VRING_KICK | R::SET_VRING_CALL | R::SET_VRING_ERR => {
-                let v = parse::<VhostUserU64>(req, body)?.value;
-                let index = (v & VRING_IDX_MASK) as u32;
-                let nofd = v & VRING_NOFD != 0;
-                expect_fds(usize::from(!nofd), &fds)?;
-                if v & !(VRING_IDX_MASK | VRING_NOFD) != 0 {
-                    return Err(VhostUserError::InvalidPayload(req));
-                }
-                self.vring(index)?;
-                let file = fds.into_iter().next();
-                let i = index as usize;
-                match req {
-                    R::SET_VRING_KICK => {
-                        // A new kick fd restarts the ring with it.
-                        if file.is_none() {
-                            warn!("queue {i}: front-end asks for polling without a kick fd; not supported");
-                        }
-                        self.vrings[i].set_kick(file.map(Arc::new));
-                        if !self.protocol_features_acked() {
-                            self.vrings[i].enabled = true;
-                        }
-                        self.maybe_start(i)?;
-                    }
-                    R::SET_VRING_CALL => {
-                        let v = &mut self.vrings[i];
-                        match v.call.write() {
-                            Ok(mut c) => *c = file,
-                            Err(p) => *p.into_inner() = file,
-                        }
-                    }
-                    _ => self.vrings[i].err = file,
-                }
+                self.set_vring_fd(req, body, fds)?;
                 Ok(None)
             }
             R::SET_VRING_ENABLE => {
@@ -474,12 +431,103 @@ impl Device {
                 }
                 Ok(None)
             }
-            R::SET_BACKEND_REQ_FD => {
-                // Not offered; a front-end sending it anyway gets its fd closed.
-                Ok(None)
-            }
             other => Err(VhostUserError::Unsupported(other.into())),
         }
+    }
+
+    /// SET_VRING_KICK, SET_VRING_CALL, SET_VRING_ERR: an eventfd (or none).
+    fn set_vring_fd(&mut self, req: FrontendReq, body: &[u8], fds: Vec<File>) -> Result<()> {
+        use FrontendReq as R;
+        let v = parse::<VhostUserU64>(req, body)?.value;
+        let index = (v & VRING_IDX_MASK) as u32;
+        let nofd = v & VRING_NOFD != 0;
+        expect_fds(req, usize::from(!nofd), &fds)?;
+        if v & !(VRING_IDX_MASK | VRING_NOFD) != 0 {
+            return Err(VhostUserError::InvalidPayload(req));
+        }
+        self.vring(index)?;
+        let file = fds.into_iter().next();
+        let i = index as usize;
+        match req {
+            R::SET_VRING_KICK => {
+                // A new kick fd restarts the ring with it.
+                if file.is_none() {
+                    warn!("queue {i}: front-end asks for polling without a kick fd; not supported");
+                }
+                self.vrings[i].set_kick(file.map(Arc::new));
+                if !self.protocol_features_acked() {
+                    self.vrings[i].enabled = true;
+                }
+                self.maybe_start(i)?;
+            }
+            R::SET_VRING_CALL => {
+                let v = &mut self.vrings[i];
+                match v.call.write() {
+                    Ok(mut c) => *c = file,
+                    Err(p) => *p.into_inner() = file,
+                }
+            }
+            _ => self.vrings[i].err = file,
+        }
+        Ok(())
+    }
+
+    /// SET_MEM_TABLE: replaces the whole memory table.
+    fn set_mem_table(&mut self, req: FrontendReq, body: &[u8], fds: Vec<File>) -> Result<()> {
+        let hdr_len = std::mem::size_of::<VhostUserMemory>();
+        let reg_len = std::mem::size_of::<VhostUserMemoryRegion>();
+        if body.len() < hdr_len {
+            return Err(VhostUserError::BadSize {
+                req,
+                got: body.len(),
+                want: hdr_len,
+            });
+        }
+        let hdr = parse::<VhostUserMemory>(req, &body[..hdr_len])?;
+        let n = hdr.num_regions as usize;
+        if n == 0 || n > MAX_ATTACHED_FD_ENTRIES {
+            return Err(VhostUserError::InvalidPayload(req));
+        }
+        if body.len() != hdr_len + n * reg_len {
+            return Err(VhostUserError::BadSize {
+                req,
+                got: body.len(),
+                want: hdr_len + n * reg_len,
+            });
+        }
+        expect_fds(req, n, &fds)?;
+        let mut regions = Vec::with_capacity(n);
+        for (i, file) in fds.into_iter().enumerate() {
+            let off = hdr_len + i * reg_len;
+            let r = parse::<VhostUserMemoryRegion>(req, &body[off..off + reg_len])?;
+            regions.push(Region {
+                gpa: r.guest_phys_addr,
+                size: r.memory_size,
+                user_addr: r.user_addr,
+                mmap_offset: r.mmap_offset,
+                file: Arc::new(file),
+            });
+        }
+        let mapped = self.mem_table.set(regions)?;
+        self.install_memory(mapped);
+        info!(
+            "guest memory: {} region(s), {} MiB",
+            self.mem_table.regions().len(),
+            self.mem_table.regions().iter().map(|r| r.size).sum::<u64>() >> 20
+        );
+        Ok(())
+    }
+}
+
+fn expect_fds(req: FrontendReq, want: usize, fds: &[File]) -> Result<()> {
+    if fds.len() == want {
+        Ok(())
+    } else {
+        Err(VhostUserError::BadFds {
+            req,
+            want,
+            got: fds.len(),
+        })
     }
 }
 
