@@ -60,11 +60,13 @@ CACHE MODES:
               (only when nothing but this guest changes the directory)
 
 EXIT STATUS:
-    0   the front-end disconnected (normal end of a VM), or --help/--version/
+    0   the front-end disconnected (normal end of a VM), the connection was
+        handed over to a successor (live upgrade), or --help/--version/
         --print-capabilities
     1   a runtime error ended serving (the message says what failed)
     2   invalid command line
-    3   set-up failed: shared directory, socket, sandbox or seccomp";
+    3   set-up failed: shared directory, socket, sandbox or seccomp, or (with
+        --handover-from) the predecessor's state was refused";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InodeFileHandles {
