@@ -111,7 +111,7 @@ pub struct DaemonState {
 pub enum StateError {
     #[error("state envelope")]
     Frame(#[from] FrameError),
-    #[error("state payload does not decode")]
+    #[error("state payload does not decode (a value this build does not know, or a truncated or malformed field)")]
     Decode(#[from] postcard::Error),
     #[error("state payload has {0} bytes after its end")]
     Trailing(usize),

@@ -108,6 +108,21 @@ impl Vmm {
 
     /// Starts a daemon with a full device configuration.
     pub fn start_with(dir: &std::path::Path, cfg: DeviceConfig) -> Vmm {
+        Self::start_serving(dir, cfg, |mut dev, theirs| {
+            let mut conn = Connection::new(theirs);
+            let r = conn.serve(&mut dev, None).map(|_| ());
+            dev.stop_all();
+            r
+        })
+    }
+
+    /// Starts a daemon whose thread runs `serve` on the device and its end
+    /// of the socketpair.
+    pub fn start_serving(
+        dir: &std::path::Path,
+        cfg: DeviceConfig,
+        serve: impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static,
+    ) -> Vmm {
         let max_queues = cfg.max_queues;
         if std::env::var_os("XVFS_TEST_LOG").is_some() {
             xvirtiofsd::logger::init(xvirtiofsd::cli::LogLevel::Trace);
@@ -116,12 +131,9 @@ impl Vmm {
         let server = server_for(dir);
         let (stats_tx, stats_rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
-            let mut dev = Device::new(cfg, server).expect("device");
+            let dev = Device::new(cfg, server).expect("device");
             let _ = stats_tx.send(dev.stats());
-            let mut conn = Connection::new(theirs);
-            let r = conn.serve(&mut dev, None).map(|_| ());
-            dev.stop_all();
-            r
+            serve(dev, theirs)
         });
         let memfd = memfd(MEM_SIZE);
         let region = MmapRegion::from_file(
