@@ -55,7 +55,11 @@ impl MetricsWriter {
             name: cname,
             tmp,
         };
-        w.write("{\"uptime_s\":0,\"queues\":[]}\n")?;
+        w.write_snapshot(&MetricsSnapshot {
+            uptime_s: 0,
+            pid: std::process::id(),
+            queues: Vec::new(),
+        })?;
         Ok(w)
     }
 
@@ -73,7 +77,11 @@ impl MetricsWriter {
             pid: std::process::id(),
             queues: queue_reports(stats),
         };
-        let mut json = serde_json::to_string(&snapshot).map_err(io::Error::other)?;
+        self.write_snapshot(&snapshot)
+    }
+
+    fn write_snapshot(&self, snapshot: &MetricsSnapshot) -> io::Result<()> {
+        let mut json = serde_json::to_string(snapshot).map_err(io::Error::other)?;
         json.push('\n');
         self.write(&json)
     }
