@@ -25,13 +25,18 @@ vmt_init upgrade
 UPGRADES=${XVFS_UPGRADES:-20}
 BIN_DIR=$VMT_DIR/bin
 
-# Two builds with different --version (the second tagged "+b").
+# Two builds with different --version (the second tagged "+b"). The second
+# also carries the failure hooks (XVFS_UPGRADE_FAULT, feature fault-injection)
+# the fault tests below use; the first, like every release build, has none.
+# The plain build comes last so that host/target/release holds it.
 build_pair() {
+    local release=${CARGO_TARGET_DIR:-$XVFS_ROOT/host/target}/release
     mkdir -p "$BIN_DIR"
-    (cd "$XVFS_ROOT/host" && XVFS_BUILD_TAG=b cargo build -q --release -p xvirtiofsd)
-    cp "$XVFS_ROOT/host/target/release/xvirtiofsd" "$BIN_DIR/xvirtiofsd-b"
+    (cd "$XVFS_ROOT/host" &&
+        XVFS_BUILD_TAG=b cargo build -q --release -p xvirtiofsd --features fault-injection)
+    cp "$release/xvirtiofsd" "$BIN_DIR/xvirtiofsd-b"
     (cd "$XVFS_ROOT/host" && cargo build -q --release -p xvirtiofsd)
-    cp "$XVFS_ROOT/host/target/release/xvirtiofsd" "$BIN_DIR/xvirtiofsd-a"
+    cp "$release/xvirtiofsd" "$BIN_DIR/xvirtiofsd-a"
 }
 build_pair
 VERSION_A=$("$BIN_DIR/xvirtiofsd-a" --version | awk '{print $2}')

@@ -9,17 +9,19 @@
 //! 20     n     payload: postcard encoding of the state of that version
 //! ```
 //!
-//! A reader accepts every version from 1 to [`FORMAT_VERSION`]; anything else,
+//! A reader accepts every version from [`MIN_FORMAT_VERSION`] to
+//! [`FORMAT_VERSION`]; anything else,
 //! a bad magic, a length that does not match, or a bad checksum is refused
 //! before the payload is decoded.
 
 use crate::crc32::crc32;
 
 pub const MAGIC: &[u8; 8] = b"XVFSSTAT";
-/// The newest format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format this build writes and reads: one number for the whole blob
+/// (2: settings are named enums, no longer numeric codes).
+pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format this build reads.
-pub const MIN_FORMAT_VERSION: u32 = 1;
+pub const MIN_FORMAT_VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 20;
 /// Upper bound on a payload (64 MiB: millions of inodes).
 pub const MAX_PAYLOAD: usize = 64 << 20;

@@ -1,6 +1,8 @@
 //! The extensions xvirtiofs adds to virtio-fs, shared by both sides of a
 //! handover (the running daemon and the one that takes over):
 //!
+//! - [`config`]: the domain settings (cache, sandbox, seccomp, polling,
+//!   log level), shared by the command line and the state;
 //! - [`state`]: everything a daemon knows about its device and file system,
 //!   as plain serializable data, with file descriptors referred to by index;
 //! - [`frame`]: the versioned, checksummed envelope around a state blob;
@@ -9,6 +11,7 @@
 //!
 //! The specification is `docs/live-upgrade.md` in the repository.
 
+pub mod config;
 pub mod crc32;
 pub mod frame;
 pub mod handover;

@@ -1,4 +1,5 @@
-//! The state a daemon hands to its successor (format version 1).
+//! The state a daemon hands to its successor (format version
+//! [`frame::FORMAT_VERSION`]: one number for the whole blob).
 //!
 //! File descriptors are not part of the serialized data: they travel beside it
 //! over SCM_RIGHTS, in one list, and every `*_fd` field here is an index into
@@ -9,32 +10,28 @@
 use serde::{Deserialize, Serialize};
 use xvfs_fs::passthrough::state::FsState;
 
+use crate::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
 use crate::frame::{self, FrameError};
 
 /// The daemon's settings (from its command line) that the successor keeps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigState {
     pub shared_dir: String,
-    /// 0 never, 1 auto, 2 metadata, 3 always.
-    pub cache: u8,
+    pub cache: CacheMode,
     pub xattr: bool,
     pub readonly: bool,
     pub writeback: bool,
     pub allow_direct_io: bool,
     pub readdirplus: bool,
-    /// 0 namespace, 1 chroot, 2 none.
-    pub sandbox: u8,
-    /// 0 none, 1 kill, 2 log, 3 trap.
-    pub seccomp: u8,
+    pub sandbox: SandboxMode,
+    pub seccomp: SeccompAction,
     /// Request queues offered.
     pub queues: u16,
-    /// 0 never, 1 always, 2 adaptive.
-    pub poll_mode: u8,
+    pub poll_mode: PollMode,
     pub poll_us: u64,
     pub queue_cpus: Vec<u32>,
     pub metrics_file: Option<String>,
-    /// 0 error … 4 trace, 5 off.
-    pub log_level: u8,
+    pub log_level: LogLevel,
     /// The `--socket-path` the daemon was started with (informational).
     pub socket_path: Option<String>,
 }
@@ -79,7 +76,7 @@ pub struct DeviceState {
     pub vrings: Vec<VringState>,
 }
 
-/// Everything, version 1.
+/// Everything, as of [`frame::FORMAT_VERSION`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DaemonState {
     /// `--version` of the daemon that wrote it.
@@ -114,8 +111,10 @@ pub struct DaemonState {
 pub enum StateError {
     #[error("state envelope")]
     Frame(#[from] FrameError),
-    #[error("state payload does not decode")]
+    #[error("state payload does not decode (a value this build does not know, or a truncated or malformed field)")]
     Decode(#[from] postcard::Error),
+    #[error("state payload has {0} bytes after its end")]
+    Trailing(usize),
     #[error("state refers to descriptor {index}, but only {count} were received")]
     FdIndex { index: u32, count: usize },
     #[error("state is inconsistent: {0}")]
@@ -129,13 +128,18 @@ impl DaemonState {
         Ok(frame::encode(frame::FORMAT_VERSION, &payload))
     }
 
-    /// Parses a framed blob of any supported version.
+    /// Parses a framed blob of the current format version. An unknown enum
+    /// value, a truncated field or trailing bytes are refused.
     pub fn decode(blob: &[u8]) -> Result<DaemonState, StateError> {
         let (version, payload) = frame::decode(blob)?;
-        match version {
-            1 => Ok(postcard::from_bytes(payload)?),
-            v => Err(StateError::Frame(FrameError::Version(v))),
+        if version != frame::FORMAT_VERSION {
+            return Err(StateError::Frame(FrameError::Version(version)));
         }
+        let (state, rest) = postcard::take_from_bytes(payload)?;
+        if !rest.is_empty() {
+            return Err(StateError::Trailing(rest.len()));
+        }
+        Ok(state)
     }
 
     /// Checks every descriptor index and the ranges the device relies on.
@@ -191,5 +195,117 @@ impl DaemonState {
             idx(abs)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvfs_fs::passthrough::state::FsState;
+
+    fn sample() -> DaemonState {
+        DaemonState {
+            writer_version: "v".into(),
+            writer_pid: 7,
+            started_unix_ms: 9,
+            upgrades: 0,
+            config: ConfigState {
+                shared_dir: "/s".into(),
+                cache: CacheMode::Always,
+                xattr: false,
+                readonly: false,
+                writeback: false,
+                allow_direct_io: false,
+                readdirplus: true,
+                sandbox: SandboxMode::Namespace,
+                seccomp: SeccompAction::Kill,
+                queues: 1,
+                poll_mode: PollMode::Adaptive,
+                poll_us: 50,
+                queue_cpus: Vec::new(),
+                metrics_file: None,
+                log_level: LogLevel::Info,
+                socket_path: None,
+            },
+            vhost_socket_fd: 0,
+            control_socket_fd: None,
+            control_path: None,
+            log_fd: None,
+            pid_file_fds: Vec::new(),
+            device: DeviceState {
+                acked_features: 0,
+                acked_protocol: 0,
+                owner: true,
+                max_queues: 2,
+                regions: Vec::new(),
+                vrings: Vec::new(),
+            },
+            fs: FsState {
+                version: 1,
+                root_dev: 1,
+                root_ino: 2,
+                session: None,
+                next_id: 3,
+                inodes: Vec::new(),
+                handles: Vec::new(),
+            },
+            fs_fd_base: 1,
+        }
+    }
+
+    fn payload(st: &DaemonState) -> Vec<u8> {
+        postcard::to_stdvec(st).expect("encode")
+    }
+
+    #[test]
+    fn round_trip() {
+        let st = sample();
+        let blob = st.encode().expect("encode");
+        assert_eq!(DaemonState::decode(&blob).expect("decode"), st);
+    }
+
+    #[test]
+    fn unknown_enum_value_is_refused_not_defaulted() {
+        let mut p = payload(&sample());
+        // writer_version "v" (2 bytes), writer_pid, started_unix_ms,
+        // upgrades (1 byte each), shared_dir "/s" (3 bytes): then `cache`.
+        let at = 2 + 1 + 1 + 1 + 3;
+        assert_eq!(p[at], 3, "CacheMode::Always is variant 3");
+        p[at] = 9;
+        let err = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &p))
+            .expect_err("an unknown cache mode must be refused");
+        assert!(matches!(err, StateError::Decode(_)), "{err:?}");
+    }
+
+    #[test]
+    fn other_versions_are_refused() {
+        let p = payload(&sample());
+        for v in [1, frame::FORMAT_VERSION + 1] {
+            let err = DaemonState::decode(&frame::encode(v, &p)).expect_err("version");
+            assert!(
+                matches!(err, StateError::Frame(FrameError::Version(got)) if got == v),
+                "{err:?}"
+            );
+            let cause = std::error::Error::source(&err).map(|c| c.to_string());
+            assert!(
+                cause
+                    .as_deref()
+                    .is_some_and(|c| c.contains("format version")),
+                "{cause:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_or_padded_payload_is_refused() {
+        let p = payload(&sample());
+        let short = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &p[..p.len() - 1]))
+            .expect_err("truncated");
+        assert!(matches!(short, StateError::Decode(_)), "{short:?}");
+        let mut long = p.clone();
+        long.push(0);
+        let long = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &long))
+            .expect_err("trailing byte");
+        assert!(matches!(long, StateError::Trailing(1)), "{long:?}");
     }
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+pub use virtio_fs_ext::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
 
 /// `--version`: the package version, with the build tag if one was set.
 pub const VERSION: &str = env!("XVFS_VERSION");
@@ -59,62 +60,13 @@ CACHE MODES:
               (only when nothing but this guest changes the directory)
 
 EXIT STATUS:
-    0   the front-end disconnected (normal end of a VM), or --help/--version/
+    0   the front-end disconnected (normal end of a VM), the connection was
+        handed over to a successor (live upgrade), or --help/--version/
         --print-capabilities
     1   a runtime error ended serving (the message says what failed)
     2   invalid command line
-    3   set-up failed: shared directory, socket, sandbox or seccomp";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CacheMode {
-    Never,
-    Auto,
-    Metadata,
-    Always,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SandboxMode {
-    /// New mount, network and IPC namespaces; the shared directory becomes `/` (pivot_root).
-    Namespace,
-    /// chroot(2) into the shared directory (for containers without namespace rights).
-    Chroot,
-    /// No sandbox (the file system layer still confines every path).
-    None,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SeccompAction {
-    /// No system call filter.
-    None,
-    /// Kill the process on a system call outside the allow-list.
-    Kill,
-    /// Log it and allow it (for finding missing entries).
-    Log,
-    /// Send SIGSYS.
-    Trap,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PollArg {
-    /// Sleep on the kick eventfd right after each batch of requests.
-    Never,
-    /// Poll for the whole window after every batch.
-    Always,
-    /// Poll only while requests arrive faster than the window plus the cost of
-    /// a wake-up (measured at start).
-    Adaptive,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogLevel {
-    Error,
-    Warn,
-    Info,
-    Debug,
-    Trace,
-    Off,
-}
+    3   set-up failed: shared directory, socket, sandbox or seccomp, or (with
+        --handover-from) the predecessor's state was refused";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InodeFileHandles {
@@ -196,7 +148,7 @@ pub struct Opt {
     /// Busy-event wait: after a batch, poll the ring before sleeping on the kick
     /// eventfd (see POLLING).
     #[arg(long, value_enum, value_name = "MODE", default_value = "adaptive")]
-    pub poll: PollArg,
+    pub poll: PollMode,
 
     /// Poll window in microseconds. Default: 0 (no polling) on hosts with at most
     /// 2 CPUs, whose polling would take time from the guest's vCPUs; 50 otherwise.

@@ -21,7 +21,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use log::{info, warn};
 
-use crate::metrics::{queues_json, QueueStats};
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::{queue_reports, QueueReport, QueueStats};
 use crate::sys;
 
 /// Directory of the default control sockets.
@@ -52,38 +54,42 @@ pub fn now_unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn json_str(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
+/// The `status` reply.
+#[derive(Debug, Serialize)]
+pub struct StatusReply {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_s: u64,
+    pub upgrades: u32,
+    pub shared_dir: String,
+    pub connection: String,
+    pub control: String,
+    pub queues: Vec<QueueReport>,
+}
+
+/// The part of a `status` reply the command-line client reads back.
+#[derive(Debug, Deserialize)]
+pub struct StatusSummary {
+    pub pid: u32,
 }
 
 impl StatusInfo {
+    pub fn reply(&self) -> StatusReply {
+        StatusReply {
+            version: self.version.to_string(),
+            pid: std::process::id(),
+            uptime_s: now_unix_ms().saturating_sub(self.started_unix_ms) / 1000,
+            upgrades: self.upgrades,
+            shared_dir: self.shared_dir.clone(),
+            connection: self.connection.clone(),
+            control: self.control_path.clone(),
+            queues: self.stats.get().map_or(Vec::new(), |s| queue_reports(s)),
+        }
+    }
+
+    /// The `status` reply as one line of JSON.
     pub fn json(&self) -> String {
-        let queues = self
-            .stats
-            .get()
-            .map_or("[]".to_string(), |s| queues_json(s));
-        format!(
-            "{{\"version\":{},\"pid\":{},\"uptime_s\":{},\"upgrades\":{},\"shared_dir\":{},\
-             \"connection\":{},\"control\":{},\"queues\":{}}}",
-            json_str(self.version),
-            std::process::id(),
-            now_unix_ms().saturating_sub(self.started_unix_ms) / 1000,
-            self.upgrades,
-            json_str(&self.shared_dir),
-            json_str(&self.connection),
-            json_str(&self.control_path),
-            queues
-        )
+        serde_json::to_string(&self.reply()).unwrap_or_default()
     }
 }
 
@@ -182,16 +188,15 @@ fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &Owne
     }
 }
 
-/// Client side of `status`: the daemon's JSON line.
-/// The `"pid"` field of a status answer (see [`StatusInfo::json`]).
+/// The `"pid"` field of a status answer (see [`StatusReply`]), parsed as
+/// JSON.
 pub fn status_pid(status: &str) -> Option<u32> {
-    let rest = &status[status.find("\"pid\":")? + "\"pid\":".len()..];
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
+    serde_json::from_str::<StatusSummary>(status.trim())
+        .ok()
+        .map(|s| s.pid)
 }
 
+/// Client side of `status`: the daemon's JSON line.
 pub fn query_status(path: &Path) -> io::Result<String> {
     let mut s = UnixStream::connect(path)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;

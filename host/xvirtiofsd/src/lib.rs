@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod chain;
 pub mod cli;
 pub mod control;
+pub mod daemon;
 pub mod logger;
 pub mod mem;
 pub mod metrics;
@@ -20,6 +21,9 @@ pub mod service_manager;
 pub mod sys;
 pub mod upgrade;
 pub mod vhost_user;
+
+/// The FUSE server the queues serve: the one name for it in this crate.
+pub type FsServer = xvfs_fs::Server;
 
 /// Formats an error with all its causes: `a: b: c`.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

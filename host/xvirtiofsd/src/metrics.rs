@@ -2,7 +2,7 @@
 //! (relaxed atomics: one writer per queue, readers only want a recent value),
 //! and their JSON rendering for `--metrics-file` and the control socket.
 
-use std::fmt::Write as _;
+use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Latency histogram buckets: bucket `i` counts requests that took less than
@@ -18,6 +18,8 @@ pub struct QueueStats {
     pub bytes: AtomicU64,
     /// Chains rejected before reaching the FUSE layer.
     pub bad_chains: AtomicU64,
+    /// Times the guest corrupted the ring and the queue was marked broken.
+    pub ring_faults: AtomicU64,
     /// Interrupts sent to the guest.
     pub notifications: AtomicU64,
     /// Batches found while busy-polling the ring.
@@ -67,54 +69,64 @@ impl QueueStats {
         Some(1u64 << (LATENCY_BUCKETS - 1))
     }
 
+    /// This queue's counters as a report (one JSON object).
+    pub fn report(&self, index: usize) -> QueueReport {
+        QueueReport {
+            queue: index,
+            requests: Self::get(&self.requests),
+            bytes: Self::get(&self.bytes),
+            bad_chains: Self::get(&self.bad_chains),
+            ring_faults: Self::get(&self.ring_faults),
+            notifications: Self::get(&self.notifications),
+            found_by_poll: Self::get(&self.found_by_poll),
+            found_by_wakeup: Self::get(&self.found_by_wakeup),
+            poll_us: Self::get(&self.poll_ns) / 1000,
+            sleeps: Self::get(&self.sleeps),
+            polling: Self::get(&self.polling) != 0,
+            latency_us: LatencyQuantiles {
+                p50: self.latency_quantile_us(0.5),
+                p90: self.latency_quantile_us(0.9),
+                p99: self.latency_quantile_us(0.99),
+            },
+            latency_log2_us: self.latency.iter().map(Self::get).collect(),
+        }
+    }
+
     /// One JSON object for this queue.
     pub fn to_json(&self, index: usize) -> String {
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            "{{\"queue\":{index},\"requests\":{},\"bytes\":{},\"bad_chains\":{},\
-             \"notifications\":{},\"found_by_poll\":{},\"found_by_wakeup\":{},\
-             \"poll_us\":{},\"sleeps\":{},\"polling\":{},",
-            Self::get(&self.requests),
-            Self::get(&self.bytes),
-            Self::get(&self.bad_chains),
-            Self::get(&self.notifications),
-            Self::get(&self.found_by_poll),
-            Self::get(&self.found_by_wakeup),
-            Self::get(&self.poll_ns) / 1000,
-            Self::get(&self.sleeps),
-            Self::get(&self.polling) != 0,
-        );
-        let q = |p| {
-            self.latency_quantile_us(p)
-                .map_or("null".to_string(), |v| v.to_string())
-        };
-        let _ = write!(
-            s,
-            "\"latency_us\":{{\"p50\":{},\"p90\":{},\"p99\":{}}},\"latency_log2_us\":[",
-            q(0.5),
-            q(0.9),
-            q(0.99)
-        );
-        for (i, b) in self.latency.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            let _ = write!(s, "{}", Self::get(b));
-        }
-        s.push_str("]}");
-        s
+        serde_json::to_string(&self.report(index)).unwrap_or_default()
     }
 }
 
-/// JSON array of every queue that has served anything or is configured.
-pub fn queues_json(stats: &[std::sync::Arc<QueueStats>]) -> String {
-    let items: Vec<String> = stats
-        .iter()
-        .enumerate()
-        .map(|(i, s)| s.to_json(i))
-        .collect();
-    format!("[{}]", items.join(","))
+/// Latency quantiles in µs (`null` before the first request).
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyQuantiles {
+    pub p50: Option<u64>,
+    pub p90: Option<u64>,
+    pub p99: Option<u64>,
+}
+
+/// One queue's counters, as the status reply and the metrics file show them.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueReport {
+    pub queue: usize,
+    pub requests: u64,
+    pub bytes: u64,
+    pub bad_chains: u64,
+    pub ring_faults: u64,
+    pub notifications: u64,
+    pub found_by_poll: u64,
+    pub found_by_wakeup: u64,
+    pub poll_us: u64,
+    pub sleeps: u64,
+    pub polling: bool,
+    pub latency_us: LatencyQuantiles,
+    pub latency_log2_us: Vec<u64>,
+}
+
+/// Every queue's report, in queue order.
+pub fn queue_reports(stats: &[std::sync::Arc<QueueStats>]) -> Vec<QueueReport> {
+    stats.iter().enumerate().map(|(i, s)| s.report(i)).collect()
 }
 
 #[cfg(test)]

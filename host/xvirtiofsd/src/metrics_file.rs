@@ -13,8 +13,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::metrics::{queues_json, QueueStats};
+use serde::Serialize;
+
+use crate::metrics::{queue_reports, QueueReport, QueueStats};
 use crate::sys;
+
+/// The metrics file's content.
+#[derive(Debug, Serialize)]
+struct MetricsSnapshot {
+    uptime_s: u64,
+    pid: u32,
+    queues: Vec<QueueReport>,
+}
 
 pub struct MetricsWriter {
     dir: OwnedFd,
@@ -45,7 +55,11 @@ impl MetricsWriter {
             name: cname,
             tmp,
         };
-        w.write("{\"uptime_s\":0,\"queues\":[]}\n")?;
+        w.write_snapshot(&MetricsSnapshot {
+            uptime_s: 0,
+            pid: std::process::id(),
+            queues: Vec::new(),
+        })?;
         Ok(w)
     }
 
@@ -58,12 +72,18 @@ impl MetricsWriter {
     }
 
     fn snapshot(&self, started: Instant, stats: &[Arc<QueueStats>]) -> io::Result<()> {
-        self.write(&format!(
-            "{{\"uptime_s\":{},\"pid\":{},\"queues\":{}}}\n",
-            started.elapsed().as_secs(),
-            std::process::id(),
-            queues_json(stats)
-        ))
+        let snapshot = MetricsSnapshot {
+            uptime_s: started.elapsed().as_secs(),
+            pid: std::process::id(),
+            queues: queue_reports(stats),
+        };
+        self.write_snapshot(&snapshot)
+    }
+
+    fn write_snapshot(&self, snapshot: &MetricsSnapshot) -> io::Result<()> {
+        let mut json = serde_json::to_string(snapshot).map_err(io::Error::other)?;
+        json.push('\n');
+        self.write(&json)
     }
 
     /// Starts the thread that rewrites the file every second; the returned

@@ -6,6 +6,12 @@
 //! enabled, and stops it (joining the thread) on GET_VRING_BASE, disable, reset
 //! or disconnect; stopping returns the ring's indices.
 //!
+//! A worker that finds its ring corrupt ([`RingFault`]: the avail index more
+//! than the ring size ahead, a head index out of range, a ring the memory
+//! does not hold) does not log and does not retry: it ends at once, with the
+//! fault in its [`WorkerExit`], and signals the supervisor's eventfd so that
+//! the control plane reaps it, marks the ring broken and tells the guest.
+//!
 //! # Busy-event wait (XFUSE)
 //!
 //! After serving a batch the worker keeps guest notifications suppressed and
@@ -23,16 +29,17 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use log::{error, warn};
+use crate::FsServer as Server;
+use log::warn;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use xvfs_fs::ratelimit::RateLimiter;
-use xvfs_fs::Server;
 
 use crate::chain::split_chain;
 use crate::mem::GuestMemoryMmap;
 pub use crate::metrics::QueueStats;
 use crate::sys;
+pub use virtio_fs_ext::config::PollMode;
 
 /// Largest ring size we accept (the virtio maximum for split rings).
 pub const MAX_QUEUE_SIZE: u16 = 32768;
@@ -61,19 +68,22 @@ pub struct RingConfig {
     pub event_idx: bool,
 }
 
+/// Why a worker ended before it was asked to stop: the guest corrupted its
+/// ring. The ring stays unusable until the front-end resets it.
+#[derive(Debug, thiserror::Error)]
+pub enum RingFault {
+    #[error("avail index {avail} is more than the ring size {size} ahead of {next}")]
+    AvailAhead { avail: u16, next: u16, size: u16 },
+    #[error("descriptor chain head {head} is out of range for ring size {size}")]
+    HeadOutOfRange { head: u16, size: u16 },
+    #[error("ring access failed")]
+    Ring(#[from] virtio_queue::Error),
+    #[error("waiting for the guest failed")]
+    Wait(#[source] std::io::Error),
+}
+
 /// The call eventfd, replaceable while the worker runs (SET_VRING_CALL).
 pub type CallFd = Arc<RwLock<Option<File>>>;
-
-/// How a worker waits for the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PollMode {
-    /// Sleep on the kick eventfd right after each batch.
-    Never,
-    /// Always poll for the window before sleeping.
-    Always,
-    /// Poll only while requests arrive faster than window + wake-up cost.
-    Adaptive,
-}
 
 /// Busy-wait settings shared by every worker.
 #[derive(Debug, Clone, Copy)]
@@ -180,20 +190,39 @@ pub struct RingPosition {
     pub next_used: u16,
 }
 
+/// How a worker ended: where the ring stands, and the fault that ended it
+/// (none when it was asked to stop).
+#[derive(Debug)]
+pub struct WorkerExit {
+    pub pos: RingPosition,
+    pub fault: Option<RingFault>,
+}
+
+/// The descriptors a worker works with: the guest's kick and call eventfds,
+/// and its supervisor's eventfd, signalled when the worker ends on a fault.
+#[derive(Debug, Clone)]
+pub struct WorkerFds {
+    pub kick: Arc<File>,
+    pub call: CallFd,
+    pub supervisor: Arc<OwnedFd>,
+}
+
 /// A running worker.
 #[derive(Debug)]
 pub struct Worker {
     stop: Arc<AtomicBool>,
+    /// Set by the thread, before it signals the supervisor, when it ends on
+    /// a fault.
+    faulted: Arc<AtomicBool>,
     stop_fd: Arc<OwnedFd>,
-    handle: JoinHandle<RingPosition>,
+    handle: JoinHandle<WorkerExit>,
 }
 
 impl Worker {
     /// Starts the worker thread for a ring.
     pub fn start(
         cfg: RingConfig,
-        kick: Arc<File>,
-        call: CallFd,
+        fds: WorkerFds,
         mem: GuestMemoryAtomic<GuestMemoryMmap>,
         server: Arc<Server>,
         stats: Arc<QueueStats>,
@@ -201,6 +230,7 @@ impl Worker {
     ) -> Result<Worker, QueueError> {
         let queue = build_queue(&cfg, &mem)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let faulted = Arc::new(AtomicBool::new(false));
         let stop_fd = Arc::new(sys::eventfd().map_err(|source| QueueError::Spawn {
             index: cfg.index,
             source,
@@ -208,12 +238,14 @@ impl Worker {
         let ctx = WorkerCtx {
             index: cfg.index,
             queue,
-            kick,
-            call,
+            kick: fds.kick,
+            call: fds.call,
+            supervisor: fds.supervisor,
             mem,
             server,
             stats,
             stop: Arc::clone(&stop),
+            faulted: Arc::clone(&faulted),
             stop_fd: Arc::clone(&stop_fd),
             bad_chain_log: RateLimiter::new(),
             policy: PollPolicy::new(opts.poll),
@@ -228,17 +260,25 @@ impl Worker {
             })?;
         Ok(Worker {
             stop,
+            faulted,
             stop_fd,
             handle,
         })
     }
 
-    /// Stops the worker at a request boundary and returns where the ring stands.
-    /// Requests already popped are completed and published first.
-    pub fn stop(self) -> Option<RingPosition> {
+    /// Stops the worker at a request boundary and returns where the ring
+    /// stands (and the fault, if it had ended on one already). Requests
+    /// already popped are completed and published first.
+    pub fn stop(self) -> Option<WorkerExit> {
         self.stop.store(true, Ordering::Release);
         let _ = sys::eventfd_signal(self.stop_fd.as_fd());
         self.handle.join().ok()
+    }
+
+    /// True once the thread has ended on a fault, or is about to: joining it
+    /// ([`Worker::stop`]) does not wait for a request.
+    pub fn has_faulted(&self) -> bool {
+        self.faulted.load(Ordering::Acquire)
     }
 }
 
@@ -280,10 +320,12 @@ struct WorkerCtx {
     queue: Queue,
     kick: Arc<File>,
     call: CallFd,
+    supervisor: Arc<OwnedFd>,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
     server: Arc<Server>,
     stats: Arc<QueueStats>,
     stop: Arc<AtomicBool>,
+    faulted: Arc<AtomicBool>,
     stop_fd: Arc<OwnedFd>,
     bad_chain_log: RateLimiter,
     policy: PollPolicy,
@@ -291,19 +333,25 @@ struct WorkerCtx {
 }
 
 impl WorkerCtx {
-    fn run(mut self) -> RingPosition {
+    fn run(mut self) -> WorkerExit {
         sys::set_thread_name(&format!("xvfs-q{}", self.index));
         if let Some(cpu) = self.cpu {
             if let Err(e) = sys::pin_to_cpu(cpu) {
                 warn!("queue {}: cannot pin to CPU {cpu}: {e}", self.index);
             }
         }
-        if let Err(e) = self.serve_loop() {
-            error!("queue {}: {e}; the queue stops serving", self.index);
+        let fault = self.serve_loop().err();
+        if fault.is_some() {
+            // The supervisor logs it, once; the worker only reports it.
+            self.faulted.store(true, Ordering::Release);
+            let _ = sys::eventfd_signal(self.supervisor.as_fd());
         }
-        RingPosition {
-            next_avail: self.queue.next_avail(),
-            next_used: self.queue.next_used(),
+        WorkerExit {
+            pos: RingPosition {
+                next_avail: self.queue.next_avail(),
+                next_used: self.queue.next_used(),
+            },
+            fault,
         }
     }
 
@@ -312,7 +360,7 @@ impl WorkerCtx {
     }
 
     /// serve → poll → re-arm → re-check → sleep, until stopped.
-    fn serve_loop(&mut self) -> Result<(), virtio_queue::Error> {
+    fn serve_loop(&mut self) -> Result<(), RingFault> {
         let mut idle_since = Instant::now();
         loop {
             let guard = self.mem.memory();
@@ -345,13 +393,8 @@ impl WorkerCtx {
             drop(guard);
 
             self.stats.sleeps.fetch_add(1, Ordering::Relaxed);
-            let ready = match sys::poll_readable(&[self.kick.as_fd(), self.stop_fd.as_fd()], -1) {
-                Ok(r) => r,
-                Err(e) => {
-                    error!("queue {}: waiting for the guest failed: {e}", self.index);
-                    return Ok(());
-                }
-            };
+            let ready = sys::poll_readable(&[self.kick.as_fd(), self.stop_fd.as_fd()], -1)
+                .map_err(RingFault::Wait)?;
             if ready[1] {
                 let _ = sys::eventfd_drain(self.stop_fd.as_fd());
             }
@@ -367,7 +410,7 @@ impl WorkerCtx {
     }
 
     /// Polls the avail index for up to the window. True when work arrived.
-    fn poll_ring(&mut self, mem: &GuestMemoryMmap) -> Result<bool, virtio_queue::Error> {
+    fn poll_ring(&mut self, mem: &GuestMemoryMmap) -> Result<bool, RingFault> {
         let start = Instant::now();
         let window = self.policy.cfg.window;
         let mut found = false;
@@ -390,14 +433,21 @@ impl WorkerCtx {
 
     /// Serves every available chain; notifies the guest if it asked for it.
     /// Returns how many chains were served.
-    fn serve_batch(&mut self, mem: &GuestMemoryMmap) -> Result<u64, virtio_queue::Error> {
+    /// A ring the guest corrupted ends the batch with a fault before
+    /// virtio-queue sees it.
+    fn serve_batch(&mut self, mem: &GuestMemoryMmap) -> Result<u64, RingFault> {
         let mut served = 0u64;
+        self.check_avail(mem)?;
         while !self.stop.load(Ordering::Relaxed) {
             let Some(chain) = self.queue.pop_descriptor_chain(mem) else {
                 break;
             };
             let started = Instant::now();
             let head = chain.head_index();
+            let size = self.queue.size();
+            if head >= size {
+                return Err(RingFault::HeadOutOfRange { head, size });
+            }
             let (len, bytes) = match split_chain(mem, chain) {
                 Ok((mut r, mut w)) => {
                     let request_bytes = xvfs_fs::io::RequestReader::remaining(&r);
@@ -426,6 +476,17 @@ impl WorkerCtx {
             }
         }
         Ok(served)
+    }
+
+    /// The guest may publish at most a ring's worth of chains ahead of us.
+    fn check_avail(&self, mem: &GuestMemoryMmap) -> Result<(), RingFault> {
+        let avail = self.queue.avail_idx(mem, Ordering::Acquire)?.0;
+        let next = self.queue.next_avail();
+        let size = self.queue.size();
+        if avail.wrapping_sub(next) > size {
+            return Err(RingFault::AvailAhead { avail, next, size });
+        }
+        Ok(())
     }
 
     fn notify(&self) {

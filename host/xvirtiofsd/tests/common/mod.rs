@@ -22,8 +22,9 @@ use vm_memory::{
 };
 use vmm_sys_util::eventfd::EventFd;
 
-use xvfs_fs::{CachePolicy, Config, PassthroughFs, Server};
+use xvfs_fs::{CachePolicy, Config, PassthroughFs};
 use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, VhostUserError};
+use xvirtiofsd::FsServer as Server;
 
 pub const MEM_SIZE: usize = 64 << 20;
 /// Where the front-end pretends guest memory sits in its address space.
@@ -67,6 +68,8 @@ pub struct Vmm {
     memfd: File,
     pub queues: Vec<TestQueue>,
     pub daemon: Option<Daemon>,
+    /// The device's per-queue counters.
+    pub stats: Vec<Arc<xvirtiofsd::metrics::QueueStats>>,
     /// Next free guest address for request buffers.
     next_buf: u64,
 }
@@ -105,18 +108,32 @@ impl Vmm {
 
     /// Starts a daemon with a full device configuration.
     pub fn start_with(dir: &std::path::Path, cfg: DeviceConfig) -> Vmm {
+        Self::start_serving(dir, cfg, |mut dev, theirs| {
+            let mut conn = Connection::new(theirs);
+            let r = conn.serve(&mut dev, None).map(|_| ());
+            dev.stop_all();
+            r
+        })
+    }
+
+    /// Starts a daemon whose thread runs `serve` on the device and its end
+    /// of the socketpair.
+    pub fn start_serving(
+        dir: &std::path::Path,
+        cfg: DeviceConfig,
+        serve: impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static,
+    ) -> Vmm {
         let max_queues = cfg.max_queues;
         if std::env::var_os("XVFS_TEST_LOG").is_some() {
             xvirtiofsd::logger::init(xvirtiofsd::cli::LogLevel::Trace);
         }
         let (ours, theirs) = UnixStream::pair().expect("socketpair");
         let server = server_for(dir);
+        let (stats_tx, stats_rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
-            let mut dev = Device::new(cfg, server);
-            let mut conn = Connection::new(theirs);
-            let r = conn.serve(&mut dev, None).map(|_| ());
-            dev.stop_all();
-            r
+            let dev = Device::new(cfg, server).expect("device");
+            let _ = stats_tx.send(dev.stats());
+            serve(dev, theirs)
         });
         let memfd = memfd(MEM_SIZE);
         let region = MmapRegion::from_file(
@@ -135,6 +152,7 @@ impl Vmm {
             memfd,
             queues: Vec::new(),
             daemon: Some(Daemon { handle }),
+            stats: stats_rx.recv().expect("device stats"),
             next_buf: 0x100_0000,
         }
     }
@@ -213,6 +231,36 @@ impl Vmm {
                 seen_used: 0,
             });
         }
+    }
+
+    /// The vring configuration of test queue `q`, as the front-end sends it.
+    fn vring_config(&self, q: usize) -> VringConfigData {
+        let tq = &self.queues[q];
+        VringConfigData {
+            queue_max_size: QUEUE_SIZE,
+            queue_size: QUEUE_SIZE,
+            flags: 0,
+            desc_table_addr: USER_BASE + tq.desc.0,
+            used_ring_addr: USER_BASE + tq.used.0,
+            avail_ring_addr: USER_BASE + tq.avail.0,
+            log_addr: None,
+        }
+    }
+
+    /// Resets queue `q` as a front-end does: GET_VRING_BASE stops it, then
+    /// SET_VRING_ADDR, SET_VRING_BASE and SET_VRING_KICK start it again from
+    /// the base it returned (after `fix` has repaired the guest's ring).
+    /// Returns that base.
+    pub fn reset_queue(&mut self, q: usize, fix: impl FnOnce(&mut Vmm, u16)) -> u16 {
+        let base = self.frontend.get_vring_base(q).expect("get base") as u16;
+        fix(self, base);
+        let cfg = self.vring_config(q);
+        self.frontend.set_vring_addr(q, &cfg).expect("addr");
+        self.frontend.set_vring_base(q, base).expect("base");
+        self.frontend
+            .set_vring_kick(q, &self.queues[q].kick)
+            .expect("kick");
+        base
     }
 
     /// Allocates a guest buffer.

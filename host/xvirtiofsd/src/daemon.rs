@@ -1,0 +1,543 @@
+//! The daemon's lifecycle, in three steps: set up ([`Daemon::fresh`] from the
+//! command line, or [`Daemon::adopt`] from a predecessor's state), then
+//! [`Daemon::serve`] until the front-end leaves or a successor takes over.
+//! Nothing here exits the process: the caller maps the result to an exit
+//! status.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use log::{info, warn};
+use virtio_fs_ext::state::{ConfigState, DaemonState};
+use xvfs_fs::{Config, PassthroughFs};
+
+use crate::cli::{self, Opt, PollMode, SandboxMode};
+use crate::control::{self, StatusInfo};
+use crate::metrics_file::{MetricsHandle, MetricsWriter};
+use crate::queue::{measure_wake_cost, PollConfig};
+use crate::upgrade::{self, Incoming, Outgoing};
+use crate::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
+use crate::{error_chain, logger, sandbox, sys, FsServer};
+
+/// Set-up failed: nothing was served.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("shared directory {0}")]
+    SharedDir(PathBuf, #[source] std::io::Error),
+    #[error("cannot open the shared directory")]
+    Fs(#[source] xvfs_fs::passthrough::Error),
+    #[error("socket {0}")]
+    Socket(PathBuf, #[source] std::io::Error),
+    #[error("--fd {0} is not a listening socket")]
+    NotListening(i32),
+    #[error("--fd {0}")]
+    BadFd(i32, #[source] std::io::Error),
+    #[error("unknown group `{0}`")]
+    UnknownGroup(String),
+    #[error("metrics file {0}")]
+    Metrics(PathBuf, #[source] std::io::Error),
+    #[error("sandbox")]
+    Sandbox(#[from] sandbox::SandboxError),
+    #[error("live upgrade")]
+    Upgrade(#[from] upgrade::UpgradeError),
+    #[error("restoring the device")]
+    Device(#[from] VhostUserError),
+    #[error("{0}")]
+    Io(&'static str, #[source] std::io::Error),
+}
+
+/// Why [`Daemon::serve`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Serving could not begin (eventfd, control thread).
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The connection failed while serving.
+    #[error(transparent)]
+    Connection(#[from] VhostUserError),
+}
+
+/// How serving ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The front-end closed the connection.
+    Disconnected,
+    /// A successor took the connection over; this process has nothing left.
+    HandedOver,
+}
+
+/// A daemon that is set up and connected, ready to serve.
+pub struct Daemon {
+    cfg: ConfigState,
+    dev: Device,
+    conn: Connection,
+    control: Option<UnixListener>,
+    status: StatusInfo,
+    metrics: Option<MetricsWriter>,
+    /// Inherited pid files (libvirt's), held for the life of the process.
+    pid_files: Vec<RawFd>,
+    /// The socket file to remove after the front-end leaves.
+    socket_file: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// A fresh daemon: open everything, enter the sandbox, wait for the
+    /// front-end to connect.
+    pub fn fresh(opt: &Opt) -> Result<Daemon, SetupError> {
+        let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
+            SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
+        })?;
+        let shared_dir = std::fs::canonicalize(&shared_dir)
+            .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
+        if opt.thread_pool_size.is_some() {
+            info!("--thread-pool-size accepted: requests are served by one worker per queue");
+        }
+        match sys::raise_nofile_limit(opt.rlimit_nofile) {
+            Ok(n) => info!("open file limit: {n}"),
+            Err(e) => warn!("cannot raise the open file limit: {e}"),
+        }
+        let cfg = config_state(opt, &shared_dir);
+        let pid_files = sys::inherited_pid_files(&opt.fd.into_iter().collect::<Vec<_>>());
+        if !pid_files.is_empty() {
+            info!(
+                "holding {} inherited pid file(s); a successor takes them over",
+                pid_files.len()
+            );
+        }
+        let dev_cfg = device_config(&cfg, measure_wake_cost(200));
+
+        // Sockets first: the file system sets the process umask to 0 (the
+        // guest kernel has already applied the caller's), and sockets must
+        // not be created under it.
+        let listener = listen(opt)?;
+        let (control, control_path) = bind_control(opt);
+        let fs = PassthroughFs::new(fs_config(&cfg)).map_err(SetupError::Fs)?;
+        let server = Arc::new(FsServer::new(fs));
+        let metrics = open_metrics(&cfg)?;
+        confine(&cfg)?;
+
+        info!(
+            "serving {} ({} request queue(s) offered, cache {:?}, sandbox {:?}, control {})",
+            shared_dir.display(),
+            opt.queues,
+            opt.cache,
+            opt.sandbox,
+            control_path
+                .as_ref()
+                .map_or("none".to_string(), |p| p.display().to_string())
+        );
+        info!("Waiting for vhost-user socket connection...");
+        let stream = accept(&listener, opt)?;
+        drop(listener);
+        info!("Client connected, servicing requests");
+
+        let conn = Connection::new(stream);
+        let status = StatusInfo {
+            version: cli::VERSION,
+            started_unix_ms: control::now_unix_ms(),
+            upgrades: 0,
+            shared_dir: cfg.shared_dir.clone(),
+            connection: sys::socket_ident(conn.stream().as_fd()),
+            control_path: control_path
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string()),
+            stats: OnceLock::new(),
+        };
+        // Inside a sandbox the socket's path is not visible; a stale socket
+        // file is removed by the next daemon on that path.
+        let socket_file = opt
+            .socket_path
+            .clone()
+            .filter(|_| opt.sandbox == SandboxMode::None);
+        Ok(Daemon {
+            cfg,
+            dev: Device::new(dev_cfg, server)?,
+            conn,
+            control,
+            status,
+            metrics,
+            pid_files,
+            socket_file,
+        })
+    }
+
+    /// A successor: ask the daemon behind `control_path` for its state and
+    /// adopt it.
+    pub fn take_over(control_path: &Path) -> Result<Daemon, SetupError> {
+        // Calibrate before asking: the running daemon's queues are stopped
+        // from the moment it answers until this one confirms.
+        let wake_cost = measure_wake_cost(200);
+        let inc = upgrade::receive(control_path)?;
+        Daemon::adopt(inc, wake_cost)
+    }
+
+    /// Continues a predecessor's work from the state it sent: restores the
+    /// device and file system, confirms, and starts the queues. On an error
+    /// before confirming, the predecessor is told and keeps serving.
+    pub fn adopt(mut inc: Incoming, wake_cost: Duration) -> Result<Daemon, SetupError> {
+        let st = inc.state.clone();
+        logger::init(st.config.log_level);
+        // (Not SO_PEERCRED: on the connecting side it names whoever created
+        // the listening control socket, the first daemon, not the one being
+        // replaced.)
+        crate::cgroup::join_cgroups_of(st.writer_pid as i32);
+        let pid_files: Vec<OwnedFd> = st
+            .pid_file_fds
+            .iter()
+            .filter_map(|&i| inc.take(i).ok())
+            .collect();
+        let restored = match restore(&mut inc, &st, wake_cost) {
+            Ok(r) => r,
+            Err(e) => {
+                inc.fail(&error_chain(&e));
+                return Err(e);
+            }
+        };
+        inc.confirm()?;
+        let Restored {
+            mut dev,
+            conn,
+            control,
+            metrics,
+        } = restored;
+        dev.resume()?;
+        dev.notify_started();
+        let pid_files = take_pid_files(pid_files);
+        info!(
+            "upgrade: now serving as {} (pid {}), taken over from {}",
+            cli::VERSION,
+            std::process::id(),
+            st.writer_version
+        );
+        // Tell `xvirtiofsd upgrade` and let go of its pipe.
+        println!(
+            "XVFS-UPGRADED pid {} version {} from {}",
+            std::process::id(),
+            cli::VERSION,
+            st.writer_version
+        );
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = sys::dup_onto(null.as_fd(), 1);
+        }
+        drop(inc);
+        let status = StatusInfo {
+            version: cli::VERSION,
+            started_unix_ms: st.started_unix_ms,
+            upgrades: st.upgrades + 1,
+            shared_dir: st.config.shared_dir.clone(),
+            connection: sys::socket_ident(conn.stream().as_fd()),
+            control_path: st.control_path.clone().unwrap_or_default(),
+            stats: OnceLock::new(),
+        };
+        Ok(Daemon {
+            cfg: st.config,
+            dev,
+            conn,
+            control,
+            status,
+            metrics,
+            pid_files,
+            socket_file: None,
+        })
+    }
+
+    /// Serves the connection until the front-end leaves, handing it over when
+    /// a successor asks on the control socket.
+    pub fn serve(self) -> Result<Ended, ServeError> {
+        let Daemon {
+            cfg,
+            mut dev,
+            mut conn,
+            control,
+            status,
+            metrics,
+            pid_files,
+            socket_file,
+        } = self;
+        let status = Arc::new(status);
+        let _ = status.stats.set(dev.stats());
+        let metrics: Option<MetricsHandle> = metrics.map(|w| w.start(dev.stats()));
+        let wake = Arc::new(sys::eventfd().map_err(|e| SetupError::Io("eventfd", e))?);
+        let slot: control::HandoverSlot = Arc::new(Mutex::new(None));
+        let control_fd = control.as_ref().map(|l| l.as_raw_fd());
+        if let Some(l) = control {
+            control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
+                .map_err(|e| SetupError::Io("control thread", e))?;
+        }
+        let result = loop {
+            match conn.serve(&mut dev, Some(wake.as_fd())) {
+                Ok(ServeEnd::Disconnected) => break Ok(Ended::Disconnected),
+                Ok(ServeEnd::Interrupted) => {
+                    let _ = sys::eventfd_drain(wake.as_fd());
+                    let peer = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let Some(peer) = peer else { continue };
+                    let server = Arc::clone(dev.server_arc());
+                    let out = Outgoing {
+                        config: &cfg,
+                        started_unix_ms: status.started_unix_ms,
+                        upgrades: status.upgrades,
+                        control_fd,
+                        control_path: Some(status.control_path.clone()).filter(|p| !p.is_empty()),
+                        pid_files: &pid_files,
+                        server: &server,
+                    };
+                    if upgrade::hand_over(&out, &mut dev, &conn, peer).is_ok() {
+                        // The successor serves now: leave everything (queues
+                        // are stopped, the metrics file is its) as it is.
+                        return Ok(Ended::HandedOver);
+                    }
+                }
+                Err(e) => break Err(ServeError::Connection(e)),
+            }
+        };
+        dev.stop_all();
+        if let Some(m) = metrics {
+            m.finish();
+        }
+        log_served(&dev);
+        if result.is_ok() {
+            info!("Client disconnected, shutting down");
+            if let Some(p) = socket_file {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        result
+    }
+}
+
+fn log_served(dev: &Device) {
+    use std::sync::atomic::Ordering;
+    let served: Vec<String> = dev
+        .stats()
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.requests.load(Ordering::Relaxed) > 0)
+        .map(|(i, s)| format!("q{i}={}", s.requests.load(Ordering::Relaxed)))
+        .collect();
+    info!(
+        "requests served: {}",
+        if served.is_empty() {
+            "none".into()
+        } else {
+            served.join(" ")
+        }
+    );
+}
+
+/// libvirt's pid file: its lock went away with the old daemon; take it
+/// (waiting for the old daemon to exit) and record this pid. Returns the
+/// descriptors, which stay open for the life of the process.
+fn take_pid_files(pid_files: Vec<OwnedFd>) -> Vec<RawFd> {
+    let raw: Vec<RawFd> = pid_files.iter().map(|f| f.as_raw_fd()).collect();
+    for f in pid_files {
+        std::thread::spawn(move || {
+            if let Err(e) = sys::lock_and_write(f.as_fd(), &std::process::id().to_string()) {
+                warn!("pid file: {e}");
+            }
+            // Keep the descriptor (and its lock) for the life of the process.
+            std::mem::forget(f);
+        });
+    }
+    raw
+}
+
+fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
+    ConfigState {
+        shared_dir: shared_dir.display().to_string(),
+        cache: opt.cache,
+        xattr: opt.xattr,
+        readonly: opt.readonly,
+        writeback: opt.writeback,
+        allow_direct_io: opt.allow_direct_io,
+        readdirplus: !opt.no_readdirplus,
+        sandbox: opt.sandbox,
+        seccomp: opt.seccomp,
+        queues: opt.queues,
+        poll_mode: opt.poll,
+        poll_us: opt
+            .poll_us
+            .unwrap_or(if sys::online_cpus() <= 2 { 0 } else { 50 }),
+        queue_cpus: opt.queue_cpus.iter().map(|&c| c as u32).collect(),
+        metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
+        log_level: opt.log_level,
+        socket_path: opt.socket_path.as_ref().map(|p| p.display().to_string()),
+    }
+}
+
+fn fs_config(c: &ConfigState) -> Config {
+    Config {
+        root_dir: PathBuf::from(&c.shared_dir),
+        cache: c.cache.into(),
+        xattr: c.xattr,
+        readonly: c.readonly,
+        writeback: c.writeback,
+        allow_direct_io: c.allow_direct_io,
+        readdirplus: c.readdirplus,
+    }
+}
+
+/// The device settings: queues, busy-wait (documented in --help), pinning.
+fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfig {
+    let mode = c.poll_mode;
+    if mode == PollMode::Never || c.poll_us == 0 {
+        info!(
+            "polling: off (mode {mode:?}, window {} µs, {} host CPUs)",
+            c.poll_us,
+            sys::online_cpus()
+        );
+    } else {
+        info!(
+            "polling: {mode:?}, window {} µs, measured wake-up cost {} µs",
+            c.poll_us,
+            wake_cost.as_micros()
+        );
+    }
+    DeviceConfig {
+        max_queues: usize::from(c.queues) + 1,
+        poll: PollConfig {
+            mode,
+            window: Duration::from_micros(c.poll_us),
+            wake_cost,
+        },
+        queue_cpus: c.queue_cpus.iter().map(|&c| c as usize).collect(),
+    }
+}
+
+fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, SetupError> {
+    c.metrics_file
+        .as_ref()
+        .map(|p| MetricsWriter::open(Path::new(p)).map_err(|e| SetupError::Metrics(p.into(), e)))
+        .transpose()
+}
+
+fn confine(c: &ConfigState) -> Result<(), SetupError> {
+    sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
+    sandbox::seccomp(c.seccomp)?;
+    Ok(())
+}
+
+struct Restored {
+    dev: Device,
+    conn: Connection,
+    control: Option<UnixListener>,
+    metrics: Option<MetricsWriter>,
+}
+
+fn restore(
+    inc: &mut Incoming,
+    st: &DaemonState,
+    wake_cost: Duration,
+) -> Result<Restored, SetupError> {
+    if let Some(i) = st.log_fd {
+        let log = inc
+            .take(i)
+            .map_err(|e| SetupError::Io("log descriptor", e))?;
+        let _ = sys::dup_onto(log.as_fd(), 2);
+    }
+    let _ = sys::raise_nofile_limit(0);
+    let fs = PassthroughFs::restore(fs_config(&st.config), &st.fs, inc.take_fs_fds())
+        .map_err(SetupError::Fs)?;
+    let server = Arc::new(FsServer::new(fs));
+    let mut take = |i: u32| inc.take(i);
+    let dev = Device::import(
+        device_config(&st.config, wake_cost),
+        server,
+        &st.device,
+        &mut take,
+    )?;
+    let conn = Connection::from_fd(
+        take(st.vhost_socket_fd).map_err(|e| SetupError::Io("vhost-user socket", e))?,
+    );
+    let control = st
+        .control_socket_fd
+        .map(|i| take(i).map(UnixListener::from))
+        .transpose()
+        .map_err(|e| SetupError::Io("control socket", e))?;
+    let metrics = open_metrics(&st.config)?;
+    confine(&st.config)?;
+    Ok(Restored {
+        dev,
+        conn,
+        control,
+        metrics,
+    })
+}
+
+/// The control socket, unless disabled; a failure to bind only loses
+/// `status` and live upgrade.
+fn bind_control(opt: &Opt) -> (Option<UnixListener>, Option<PathBuf>) {
+    if opt.no_control {
+        return (None, None);
+    }
+    let path = opt
+        .control
+        .clone()
+        .unwrap_or_else(|| control::default_path(std::process::id()));
+    match control::bind(&path) {
+        Ok(l) => (Some(l), Some(path)),
+        Err(e) => {
+            warn!(
+                "control socket {}: {e}; status and live upgrade are unavailable",
+                path.display()
+            );
+            (None, None)
+        }
+    }
+}
+
+fn listen(opt: &Opt) -> Result<UnixListener, SetupError> {
+    if let Some(fd) = opt.fd {
+        match sys::is_listening_socket(fd) {
+            Ok(true) => {}
+            Ok(false) => return Err(SetupError::NotListening(fd)),
+            Err(e) => return Err(SetupError::BadFd(fd, e)),
+        }
+        let _ = sys::set_cloexec(fd, true);
+        // SAFETY: the fd was handed to us by the parent and checked to be a
+        // listening socket; nothing else in this process owns it.
+        return Ok(unsafe { UnixListener::from_raw_fd(fd) });
+    }
+    let path = opt.socket_path.clone().unwrap_or_default();
+    remove_stale_socket(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| SetupError::Socket(path.clone(), e))?;
+    if let Some(group) = &opt.socket_group {
+        let gid = sys::group_id(group).ok_or_else(|| SetupError::UnknownGroup(group.clone()))?;
+        sys::chown_group(&path, gid).map_err(|e| SetupError::Socket(path.clone(), e))?;
+        set_mode(&path, 0o770).map_err(|e| SetupError::Socket(path.clone(), e))?;
+    } else {
+        set_mode(&path, 0o700).map_err(|e| SetupError::Socket(path.clone(), e))?;
+    }
+    Ok(listener)
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// Removes a socket file nobody listens on any more (left by a killed daemon).
+fn remove_stale_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if md.file_type().is_socket() && UnixStream::connect(path).is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn accept(listener: &UnixListener, opt: &Opt) -> Result<UnixStream, SetupError> {
+    let name = opt
+        .socket_path
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("fd {}", opt.fd.unwrap_or(-1))));
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => return Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(SetupError::Socket(name, e)),
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! The message handler: every negotiated value (features, memory table,
+//! ring configuration and eventfds) in plain structs, each message validated
+//! before it changes anything, and the rings' workers started and stopped as
+//! the front-end configures them.
+
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use log::{debug, info, warn};
+use vhost::vhost_user::message::{
+    FrontendReq, VhostUserMemory, VhostUserMemoryRegion, VhostUserSingleMemoryRegion, VhostUserU64,
+    VhostUserVringAddr, VhostUserVringState, MAX_ATTACHED_FD_ENTRIES,
+};
+use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vm_memory::{ByteValued, GuestMemoryAtomic};
+use xvfs_fs::ratelimit::RateLimiter;
+
+use crate::mem::{GuestMemoryMmap, MemoryTable, Region, MAX_REGIONS};
+use crate::queue::{
+    PollConfig, QueueStats, RingConfig, Worker, WorkerFds, WorkerOptions, MAX_QUEUE_SIZE,
+};
+use crate::FsServer as Server;
+
+use super::error::{Result, VhostUserError};
+use super::ring::Vring;
+
+const VIRTIO_F_VERSION_1: u64 = 1 << 32;
+const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
+const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
+
+/// SET_VRING_KICK/CALL/ERR: bits 0-7 index, bit 8 "no file descriptor".
+const VRING_IDX_MASK: u64 = 0xff;
+const VRING_NOFD: u64 = 0x100;
+
+/// What we offer the front-end.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Total virtqueues: hiprio + request queues.
+    pub max_queues: usize,
+    /// How workers wait for the guest.
+    pub poll: PollConfig,
+    /// CPUs to pin request-queue workers to (request queue i on
+    /// `queue_cpus[(i - 1) % len]`); empty: no pinning.
+    pub queue_cpus: Vec<usize>,
+}
+
+impl DeviceConfig {
+    /// `max_queues` virtqueues, no polling, no pinning.
+    pub fn new(max_queues: usize) -> Self {
+        DeviceConfig {
+            max_queues,
+            poll: PollConfig::NEVER,
+            queue_cpus: Vec::new(),
+        }
+    }
+
+    fn worker_options(&self, index: usize) -> WorkerOptions {
+        let cpu = if index == 0 || self.queue_cpus.is_empty() {
+            None
+        } else {
+            Some(self.queue_cpus[(index - 1) % self.queue_cpus.len()])
+        };
+        WorkerOptions {
+            poll: self.poll,
+            cpu,
+        }
+    }
+}
+
+/// The device: every negotiated value, and the running queue workers.
+pub struct Device {
+    pub(super) cfg: DeviceConfig,
+    pub(super) server: Arc<Server>,
+    pub(super) acked_features: u64,
+    pub(super) acked_protocol: u64,
+    pub(super) owner: bool,
+    pub(super) mem_table: MemoryTable,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    pub(super) vrings: Vec<Vring>,
+    /// Signalled by a worker that ended on a fault; the connection loop
+    /// polls it and calls [`Device::reap_faults`].
+    supervisor: Arc<OwnedFd>,
+    fault_log: RateLimiter,
+}
+
+impl Device {
+    pub fn new(cfg: DeviceConfig, server: Arc<Server>) -> Result<Self> {
+        let vrings = (0..cfg.max_queues).map(|_| Vring::default()).collect();
+        let supervisor = Arc::new(crate::sys::eventfd().map_err(VhostUserError::Socket)?);
+        Ok(Device {
+            cfg,
+            server,
+            acked_features: 0,
+            acked_protocol: 0,
+            owner: false,
+            mem_table: MemoryTable::default(),
+            mem: GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+            vrings,
+            supervisor,
+            fault_log: RateLimiter::new(),
+        })
+    }
+
+    /// The eventfd a worker signals when it ends on a fault.
+    pub fn supervisor(&self) -> Arc<OwnedFd> {
+        Arc::clone(&self.supervisor)
+    }
+
+    /// Marks every ring whose worker ended on a fault broken (signalling its
+    /// error eventfd) and logs it, rate-limited. The other rings keep
+    /// serving.
+    pub fn reap_faults(&mut self) {
+        for (i, v) in self.vrings.iter_mut().enumerate() {
+            let Some(fault) = v.reap() else { continue };
+            v.stats
+                .ring_faults
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(n) = self.fault_log.check() {
+                warn!(
+                    "queue {i}: {}; the queue is broken until the front-end resets it \
+                     ({n} similar suppressed)",
+                    crate::error_chain(&fault)
+                );
+            }
+            v.signal_error();
+        }
+    }
+
+    /// Whether queue `index` is broken (its worker ended on a fault).
+    pub fn is_broken(&self, index: usize) -> bool {
+        self.vrings.get(index).is_some_and(Vring::is_broken)
+    }
+
+    /// Virtio features we offer.
+    pub fn features() -> u64 {
+        VIRTIO_F_VERSION_1
+            | VIRTIO_RING_F_INDIRECT_DESC
+            | VIRTIO_RING_F_EVENT_IDX
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    /// vhost-user protocol features we offer.
+    pub fn protocol_features() -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::RESET_DEVICE
+    }
+
+    /// The FUSE server behind the queues.
+    pub fn server_arc(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// Per-queue counters (index = virtqueue number).
+    pub fn stats(&self) -> Vec<Arc<QueueStats>> {
+        self.vrings.iter().map(|v| Arc::clone(&v.stats)).collect()
+    }
+
+    pub(super) fn reply_ack_enabled(&self) -> bool {
+        self.acked_protocol & VhostUserProtocolFeatures::REPLY_ACK.bits() != 0
+    }
+
+    fn protocol_features_acked(&self) -> bool {
+        self.acked_features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0
+    }
+
+    fn vring(&mut self, index: u32) -> Result<&mut Vring> {
+        self.vrings
+            .get_mut(index as usize)
+            .ok_or(VhostUserError::BadQueue(index))
+    }
+
+    /// Stops every worker (disconnect, reset).
+    pub fn stop_all(&mut self) {
+        for i in 0..self.vrings.len() {
+            self.stop_ring(i);
+        }
+    }
+
+    fn stop_ring(&mut self, i: usize) {
+        self.vrings[i].stop();
+    }
+
+    /// Starts the ring's worker once it is configured, started and enabled.
+    fn maybe_start(&mut self, i: usize) -> Result<()> {
+        let event_idx = self.acked_features & VIRTIO_RING_F_EVENT_IDX != 0;
+        let (mem_table, mem, server) = (&self.mem_table, &self.mem, &self.server);
+        let (opts, supervisor) = (self.cfg.worker_options(i), &self.supervisor);
+        self.vrings[i].start(|v, kick| {
+            let cfg = RingConfig {
+                index: i,
+                size: v.size,
+                desc: mem_table.vmm_va_to_gpa(v.desc_va)?,
+                avail: mem_table.vmm_va_to_gpa(v.avail_va)?,
+                used: mem_table.vmm_va_to_gpa(v.used_va)?,
+                next_avail: v.base,
+                event_idx,
+            };
+            let fds = WorkerFds {
+                kick,
+                call: Arc::clone(&v.call),
+                supervisor: Arc::clone(supervisor),
+            };
+            let worker = Worker::start(
+                cfg,
+                fds,
+                mem.clone(),
+                Arc::clone(server),
+                Arc::clone(&v.stats),
+                opts,
+            )?;
+            debug!(
+                "queue {i}: started (size {}, base {})",
+                cfg.size, cfg.next_avail
+            );
+            Ok(worker)
+        })?;
+        Ok(())
+    }
+
+    /// Stops every worker at a request boundary (requests already popped are
+    /// completed and published). Rings keep their configuration, so
+    /// [`Device::resume`] restarts exactly those that were running.
+    pub fn quiesce(&mut self) {
+        self.stop_all();
+    }
+
+    /// Restarts every ring that is started and enabled.
+    pub fn resume(&mut self) -> Result<()> {
+        for i in 0..self.vrings.len() {
+            self.maybe_start(i)?;
+        }
+        Ok(())
+    }
+
+    /// Signals every started ring's call eventfd once: after a handover the
+    /// predecessor's record of unsignalled completions is gone, so a guest
+    /// waiting for one must not miss it (a spurious interrupt is harmless).
+    pub fn notify_started(&self) {
+        for v in &self.vrings {
+            if v.started() {
+                if let Ok(c) = v.call.read() {
+                    if let Some(f) = c.as_ref() {
+                        let _ = crate::sys::eventfd_signal(f.as_fd());
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Device {
+    pub(super) fn install_memory(&mut self, mapped: GuestMemoryMmap) {
+        match self.mem.lock() {
+            Ok(guard) => guard.replace(mapped),
+            Err(poisoned) => poisoned.into_inner().replace(mapped),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.stop_all();
+        for v in &mut self.vrings {
+            *v = Vring::reset(Arc::clone(&v.stats));
+        }
+        self.acked_features = 0;
+    }
+
+    /// Handles one message. Returns the reply payload for messages that have one.
+    pub(super) fn handle(
+        &mut self,
+        req: FrontendReq,
+        body: &[u8],
+        fds: Vec<File>,
+    ) -> Result<Option<Vec<u8>>> {
+        use FrontendReq as R;
+        match req {
+            R::SET_VRING_NUM
+            | R::SET_VRING_ADDR
+            | R::SET_VRING_BASE
+            | R::GET_VRING_BASE
+            | R::SET_VRING_KICK
+            | R::SET_VRING_CALL
+            | R::SET_VRING_ERR
+            | R::SET_VRING_ENABLE => self.handle_vring(req, body, fds),
+            _ => self.handle_device(req, body, fds),
+        }
+    }
+
+    /// Messages about the whole device: features, owner, memory.
+    fn handle_device(
+        &mut self,
+        req: FrontendReq,
+        body: &[u8],
+        fds: Vec<File>,
+    ) -> Result<Option<Vec<u8>>> {
+        use FrontendReq as R;
+        match req {
+            R::GET_FEATURES => Ok(Some(u64_reply(Self::features()))),
+            R::SET_FEATURES => {
+                let f = parse::<VhostUserU64>(req, body)?.value;
+                if f & !Self::features() != 0 {
+                    return Err(VhostUserError::UnofferedFeatures(f & !Self::features()));
+                }
+                self.acked_features = f;
+                if !self.protocol_features_acked() {
+                    // Without PROTOCOL_FEATURES rings are enabled as soon as they start.
+                    for i in 0..self.vrings.len() {
+                        self.vrings[i].enabled = true;
+                        self.maybe_start(i)?;
+                    }
+                }
+                Ok(None)
+            }
+            R::GET_PROTOCOL_FEATURES => Ok(Some(u64_reply(Self::protocol_features().bits()))),
+            R::SET_PROTOCOL_FEATURES => {
+                let f = parse::<VhostUserU64>(req, body)?.value;
+                if f & !Self::protocol_features().bits() != 0 {
+                    return Err(VhostUserError::UnofferedFeatures(f));
+                }
+                self.acked_protocol = f;
+                Ok(None)
+            }
+            R::SET_OWNER => {
+                self.owner = true;
+                Ok(None)
+            }
+            R::RESET_OWNER | R::RESET_DEVICE => {
+                self.reset();
+                Ok(None)
+            }
+            R::GET_QUEUE_NUM => Ok(Some(u64_reply(self.cfg.max_queues as u64))),
+            R::GET_MAX_MEM_SLOTS => Ok(Some(u64_reply(MAX_REGIONS as u64))),
+            R::SET_MEM_TABLE => {
+                self.set_mem_table(req, body, fds)?;
+                Ok(None)
+            }
+            R::ADD_MEM_REG => {
+                let r = parse::<VhostUserSingleMemoryRegion>(req, body)?;
+                expect_fds(req, 1, &fds)?;
+                let Some(file) = fds.into_iter().next() else {
+                    return Err(VhostUserError::InvalidPayload(req));
+                };
+                let mapped = self.mem_table.add(Region {
+                    gpa: r.guest_phys_addr,
+                    size: r.memory_size,
+                    user_addr: r.user_addr,
+                    mmap_offset: r.mmap_offset,
+                    file: Arc::new(file),
+                })?;
+                self.install_memory(mapped);
+                Ok(None)
+            }
+            R::REM_MEM_REG => {
+                let r = parse::<VhostUserSingleMemoryRegion>(req, body)?;
+                let mapped = self.mem_table.remove(r.guest_phys_addr, r.memory_size)?;
+                self.install_memory(mapped);
+                Ok(None)
+            }
+            R::SET_BACKEND_REQ_FD => {
+                // Not offered; a front-end sending it anyway gets its fd closed.
+                Ok(None)
+            }
+            other => Err(VhostUserError::Unsupported(other.into())),
+        }
+    }
+
+    /// Messages about one vring.
+    fn handle_vring(
+        &mut self,
+        req: FrontendReq,
+        body: &[u8],
+        fds: Vec<File>,
+    ) -> Result<Option<Vec<u8>>> {
+        use FrontendReq as R;
+        match req {
+            R::SET_VRING_NUM => {
+                let s = parse::<VhostUserVringState>(req, body)?;
+                let num = s.num;
+                if num == 0 || num > u32::from(MAX_QUEUE_SIZE) || !num.is_power_of_two() {
+                    return Err(VhostUserError::BadRingSize(num));
+                }
+                self.vring(s.index)?.size = num as u16;
+                Ok(None)
+            }
+            R::SET_VRING_ADDR => {
+                let a = parse::<VhostUserVringAddr>(req, body)?;
+                let v = self.vring(a.index)?;
+                v.desc_va = a.descriptor;
+                v.avail_va = a.available;
+                v.used_va = a.used;
+                v.addr_set = true;
+                Ok(None)
+            }
+            R::SET_VRING_BASE => {
+                let s = parse::<VhostUserVringState>(req, body)?;
+                let num = s.num;
+                let v = self.vring(s.index)?;
+                v.base = u16::try_from(num).map_err(|_| VhostUserError::InvalidPayload(req))?;
+                Ok(None)
+            }
+            R::GET_VRING_BASE => {
+                let s = parse::<VhostUserVringState>(req, body)?;
+                let index = s.index;
+                self.vring(index)?;
+                let i = index as usize;
+                let base = self.vrings[i].take_base();
+                debug!("queue {i}: stopped at {base}");
+                Ok(Some(
+                    VhostUserVringState::new(index, u32::from(base))
+                        .as_slice()
+                        .to_vec(),
+                ))
+            }
+            R::SET_VRING_KICK | R::SET_VRING_CALL | R::SET_VRING_ERR => {
+                self.set_vring_fd(req, body, fds)?;
+                Ok(None)
+            }
+            R::SET_VRING_ENABLE => {
+                let s = parse::<VhostUserVringState>(req, body)?;
+                let (index, num) = (s.index, s.num);
+                if !self.protocol_features_acked() || num > 1 {
+                    return Err(VhostUserError::InvalidPayload(req));
+                }
+                self.vring(index)?.enabled = num == 1;
+                if num == 1 {
+                    self.maybe_start(index as usize)?;
+                } else {
+                    self.stop_ring(index as usize);
+                }
+                Ok(None)
+            }
+            other => Err(VhostUserError::Unsupported(other.into())),
+        }
+    }
+
+    /// SET_VRING_KICK, SET_VRING_CALL, SET_VRING_ERR: an eventfd (or none).
+    fn set_vring_fd(&mut self, req: FrontendReq, body: &[u8], fds: Vec<File>) -> Result<()> {
+        use FrontendReq as R;
+        let v = parse::<VhostUserU64>(req, body)?.value;
+        let index = (v & VRING_IDX_MASK) as u32;
+        let nofd = v & VRING_NOFD != 0;
+        expect_fds(req, usize::from(!nofd), &fds)?;
+        if v & !(VRING_IDX_MASK | VRING_NOFD) != 0 {
+            return Err(VhostUserError::InvalidPayload(req));
+        }
+        self.vring(index)?;
+        let file = fds.into_iter().next();
+        let i = index as usize;
+        match req {
+            R::SET_VRING_KICK => {
+                // A new kick fd restarts the ring with it.
+                if file.is_none() {
+                    warn!("queue {i}: front-end asks for polling without a kick fd; not supported");
+                }
+                self.vrings[i].set_kick(file.map(Arc::new));
+                if !self.protocol_features_acked() {
+                    self.vrings[i].enabled = true;
+                }
+                self.maybe_start(i)?;
+            }
+            R::SET_VRING_CALL => {
+                let v = &mut self.vrings[i];
+                match v.call.write() {
+                    Ok(mut c) => *c = file,
+                    Err(p) => *p.into_inner() = file,
+                }
+            }
+            _ => self.vrings[i].err = file,
+        }
+        Ok(())
+    }
+
+    /// SET_MEM_TABLE: replaces the whole memory table.
+    fn set_mem_table(&mut self, req: FrontendReq, body: &[u8], fds: Vec<File>) -> Result<()> {
+        let hdr_len = std::mem::size_of::<VhostUserMemory>();
+        let reg_len = std::mem::size_of::<VhostUserMemoryRegion>();
+        if body.len() < hdr_len {
+            return Err(VhostUserError::BadSize {
+                req,
+                got: body.len(),
+                want: hdr_len,
+            });
+        }
+        let hdr = parse::<VhostUserMemory>(req, &body[..hdr_len])?;
+        let n = hdr.num_regions as usize;
+        if n == 0 || n > MAX_ATTACHED_FD_ENTRIES {
+            return Err(VhostUserError::InvalidPayload(req));
+        }
+        if body.len() != hdr_len + n * reg_len {
+            return Err(VhostUserError::BadSize {
+                req,
+                got: body.len(),
+                want: hdr_len + n * reg_len,
+            });
+        }
+        expect_fds(req, n, &fds)?;
+        let mut regions = Vec::with_capacity(n);
+        for (i, file) in fds.into_iter().enumerate() {
+            let off = hdr_len + i * reg_len;
+            let r = parse::<VhostUserMemoryRegion>(req, &body[off..off + reg_len])?;
+            regions.push(Region {
+                gpa: r.guest_phys_addr,
+                size: r.memory_size,
+                user_addr: r.user_addr,
+                mmap_offset: r.mmap_offset,
+                file: Arc::new(file),
+            });
+        }
+        let mapped = self.mem_table.set(regions)?;
+        self.install_memory(mapped);
+        info!(
+            "guest memory: {} region(s), {} MiB",
+            self.mem_table.regions().len(),
+            self.mem_table.regions().iter().map(|r| r.size).sum::<u64>() >> 20
+        );
+        Ok(())
+    }
+}
+
+fn expect_fds(req: FrontendReq, want: usize, fds: &[File]) -> Result<()> {
+    if fds.len() == want {
+        Ok(())
+    } else {
+        Err(VhostUserError::BadFds {
+            req,
+            want,
+            got: fds.len(),
+        })
+    }
+}
+
+fn u64_reply(v: u64) -> Vec<u8> {
+    VhostUserU64::new(v).as_slice().to_vec()
+}
+
+fn parse<T: ByteValued>(req: FrontendReq, body: &[u8]) -> Result<T> {
+    if body.len() != std::mem::size_of::<T>() {
+        return Err(VhostUserError::BadSize {
+            req,
+            got: body.len(),
+            want: std::mem::size_of::<T>(),
+        });
+    }
+    T::from_slice(body)
+        .copied()
+        .ok_or(VhostUserError::InvalidPayload(req))
+}

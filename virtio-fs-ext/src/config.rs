@@ -1,0 +1,73 @@
+//! The daemon's domain settings, defined once: the command line parses them
+//! (`clap::ValueEnum`) and the state blob carries them (serde). A state blob
+//! naming a value this build does not know is refused when it is decoded;
+//! nothing is ever mapped to a default.
+
+use serde::{Deserialize, Serialize};
+
+/// How long the guest may cache metadata and data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum CacheMode {
+    Never,
+    Auto,
+    Metadata,
+    Always,
+}
+
+impl From<CacheMode> for xvfs_fs::CachePolicy {
+    fn from(c: CacheMode) -> Self {
+        match c {
+            CacheMode::Never => xvfs_fs::CachePolicy::Never,
+            CacheMode::Auto => xvfs_fs::CachePolicy::Auto,
+            CacheMode::Metadata => xvfs_fs::CachePolicy::Metadata,
+            CacheMode::Always => xvfs_fs::CachePolicy::Always,
+        }
+    }
+}
+
+/// How the daemon confines itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum SandboxMode {
+    /// New mount, network and IPC namespaces; the shared directory becomes `/` (pivot_root).
+    Namespace,
+    /// chroot(2) into the shared directory (for containers without namespace rights).
+    Chroot,
+    /// No sandbox (the file system layer still confines every path).
+    None,
+}
+
+/// What the system call filter does with a call outside its allow-list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum SeccompAction {
+    /// No system call filter.
+    None,
+    /// Kill the process on a system call outside the allow-list.
+    Kill,
+    /// Log it and allow it (for finding missing entries).
+    Log,
+    /// Send SIGSYS.
+    Trap,
+}
+
+/// How a queue worker waits for the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum PollMode {
+    /// Sleep on the kick eventfd right after each batch of requests.
+    Never,
+    /// Poll for the whole window after every batch.
+    Always,
+    /// Poll only while requests arrive faster than the window plus the cost of
+    /// a wake-up (measured at start).
+    Adaptive,
+}
+
+/// The daemon's log level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+    Off,
+}
