@@ -4,6 +4,8 @@
 //!
 //! The daemon runs in this process with a control socket; the test plays the
 //! successor over it, as `xvirtiofsd --handover-from` would.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! within one batch (its worker ends instead of spinning, one fault counted,
 //! the SET_VRING_ERR eventfd signalled), the other request queue keeps
 //! serving, and a front-end reset of the ring makes it serve again.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
