@@ -185,9 +185,23 @@ else
     fail "no completion log from the steady stream"
 fi
 
-# Second boot: a daemon started with --fd, as libvirt does.
+# Second boot: a daemon started with --fd, as libvirt does, under a stand-in
+# for systemd's notification socket (NOTIFY_SOCKET, as xvirtiofsd@.service
+# sets it): every datagram is logged, one per line.
 SHARE2=$VMT_DIR/share-fd
 CTL2=$VMT_DIR/ctl-fd.sock
+NOTIFY_LOG=$VMT_DIR/notify.log
+export NOTIFY_SOCKET=$VMT_DIR/notify.sock
+python3 - "$NOTIFY_SOCKET" "$NOTIFY_LOG" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+with open(sys.argv[2], "a") as log:
+    while True:
+        log.write(s.recv(4096).decode().replace("\n", " ") + "\n")
+        log.flush()
+PY
+NOTIFY_PID=$!
 mkdir -p "$SHARE2"
 echo before > "$SHARE2/keep"
 (
@@ -197,6 +211,7 @@ echo before > "$SHARE2/keep"
         "$BIN_DIR/xvirtiofsd-a" upgrade --control "$CTL2" --binary "$BIN_DIR/xvirtiofsd-b" \
             >>"$VMT_DIR/upgrades-fd.log" 2>&1 || rc=$?
         echo "CHECK fd-upgrade-$n-rc 0 $rc"
+        echo "PID $n $(status_field "$CTL2" pid)"
         sleep 0.3
     done
     touch "$SHARE2/done"
@@ -212,6 +227,16 @@ assert_eq 0 "$rc" "--fd daemon: guest script exit status"
 while read -r tag name want got; do
     [ "$tag" = CHECK ] && assert_eq "$want" "$got" "$name"
 done <"$VMT_DIR/host-side-fd.txt"
+kill "$NOTIFY_PID" 2>/dev/null || true
+wait "$NOTIFY_PID" 2>/dev/null || true
+unset NOTIFY_SOCKET
+assert_ok "service manager: READY=1 first, before the front-end connected" \
+    bash -c "head -n 1 '$NOTIFY_LOG' | grep -q '^READY=1 STATUS=serving '"
+for n in 1 2 3; do
+    pid=$(awk -v n="$n" '$1 == "PID" && $2 == n {print $3}' "$VMT_DIR/host-side-fd.txt")
+    assert_ok "service manager: MAINPID=$pid (the daemon of upgrade $n) announced" \
+        grep -q "^MAINPID=${pid:-none} READY=1 " "$NOTIFY_LOG"
+done
 out=$VMT_DIR/guest-fd.out
 assert_eq 0 "$(field loop-errors)" "--fd daemon: shell loop without errors"
 assert_eq 0 "$(field verify-failures)" "--fd daemon: verification passed"

@@ -18,6 +18,7 @@ use crate::cli::{self, Opt, PollMode, SandboxMode};
 use crate::control::{self, StatusInfo};
 use crate::metrics_file::{MetricsHandle, MetricsWriter};
 use crate::queue::{measure_wake_cost, PollConfig};
+use crate::service_manager::Notifier;
 use crate::upgrade::{self, Incoming, Outgoing};
 use crate::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
 use crate::{error_chain, logger, sandbox, sys, FsServer};
@@ -81,6 +82,8 @@ pub struct Daemon {
     pid_files: Vec<RawFd>,
     /// The socket file to remove after the front-end leaves.
     socket_file: Option<PathBuf>,
+    /// The service manager (systemd `Type=notify`), if one started us.
+    notifier: Option<Notifier>,
 }
 
 impl Daemon {
@@ -114,6 +117,7 @@ impl Daemon {
         // not be created under it.
         let listener = listen(opt)?;
         let (control, control_path) = bind_control(opt);
+        let notifier = Notifier::from_env();
         let fs = PassthroughFs::new(fs_config(&cfg)).map_err(SetupError::Fs)?;
         let server = Arc::new(FsServer::new(fs));
         let metrics = open_metrics(&cfg)?;
@@ -130,6 +134,12 @@ impl Daemon {
                 .map_or("none".to_string(), |p| p.display().to_string())
         );
         info!("Waiting for vhost-user socket connection...");
+        if let Some(n) = &notifier {
+            n.ready(&format!(
+                "serving {}, waiting for the front-end",
+                shared_dir.display()
+            ));
+        }
         let stream = accept(&listener, opt)?;
         drop(listener);
         info!("Client connected, servicing requests");
@@ -161,6 +171,7 @@ impl Daemon {
             metrics,
             pid_files,
             socket_file,
+            notifier,
         })
     }
 
@@ -180,6 +191,7 @@ impl Daemon {
     pub fn adopt(mut inc: Incoming, wake_cost: Duration) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
         logger::init(st.config.log_level);
+        let notifier = Notifier::from_env();
         // (Not SO_PEERCRED: on the connecting side it names whoever created
         // the listening control socket, the first daemon, not the one being
         // replaced.)
@@ -197,6 +209,14 @@ impl Daemon {
             }
         };
         inc.confirm()?;
+        if let Some(n) = &notifier {
+            // The predecessor says so too, before it exits; whichever comes
+            // first, the unit follows this process.
+            n.main_pid(
+                std::process::id(),
+                &format!("serving {} (live-upgraded)", st.config.shared_dir),
+            );
+        }
         let Restored {
             mut dev,
             conn,
@@ -241,6 +261,7 @@ impl Daemon {
             metrics,
             pid_files,
             socket_file: None,
+            notifier,
         })
     }
 
@@ -256,6 +277,7 @@ impl Daemon {
             metrics,
             pid_files,
             socket_file,
+            notifier,
         } = self;
         let status = Arc::new(status);
         let _ = status.stats.set(dev.stats());
@@ -274,6 +296,7 @@ impl Daemon {
                     let _ = sys::eventfd_drain(wake.as_fd());
                     let peer = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
                     let Some(peer) = peer else { continue };
+                    let successor = sys::peer_pid(peer.as_fd()).ok();
                     let server = Arc::clone(dev.server_arc());
                     let out = Outgoing {
                         config: &cfg,
@@ -287,6 +310,9 @@ impl Daemon {
                     if upgrade::hand_over(&out, &mut dev, &conn, peer).is_ok() {
                         // The successor serves now: leave everything (queues
                         // are stopped, the metrics file is its) as it is.
+                        if let (Some(n), Some(pid)) = (&notifier, successor) {
+                            n.main_pid(pid as u32, "live-upgraded");
+                        }
                         return Ok(Ended::HandedOver);
                     }
                 }
