@@ -27,7 +27,7 @@ use log::{error, warn};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use xvfs_fs::ratelimit::RateLimiter;
-use xvfs_fs::Server;
+use xvfs_fs::PassthroughServer as Server;
 
 use crate::chain::split_chain;
 use crate::mem::GuestMemoryMmap;

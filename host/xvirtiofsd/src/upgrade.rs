@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use log::{info, warn};
 use virtio_fs_ext::handover::{self, HandoverError};
 use virtio_fs_ext::state::{ConfigState, DaemonState, StateError};
-use xvfs_fs::Server;
+use xvfs_fs::PassthroughServer as Server;
 
 use crate::cli::VERSION;
 use crate::sys;

@@ -21,7 +21,7 @@ use vhost::vhost_user::message::{
 use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vm_memory::{ByteValued, GuestMemoryAtomic};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-use xvfs_fs::Server;
+use xvfs_fs::PassthroughServer as Server;
 
 use virtio_fs_ext::state::{DeviceState, RegionState, VringState};
 

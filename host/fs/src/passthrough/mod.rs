@@ -8,7 +8,7 @@
 //!   only ever resolved as a single component, relative to its parent's
 //!   descriptor (`*at()` calls), so there is no path walk to redirect;
 //! - names with `/` or NUL, empty names, `.` and `..` are refused by the
-//!   [`server`](crate::server) (LOOKUP of `..` at the root gives the root);
+//!   FUSE [`server`](crate::server) (LOOKUP of `..` at the root gives the root);
 //! - symlinks are never followed: lookups use `O_NOFOLLOW`, attributes are read
 //!   with `AT_SYMLINK_NOFOLLOW`, and only regular files and directories are ever
 //!   re-opened through `/proc/self/fd` (re-opening a symlink's `O_PATH`
@@ -29,6 +29,7 @@
 //! sets the process umask to 0 so the host does not mask a second time.
 
 mod creds;
+mod fs_impl;
 pub mod state;
 mod table;
 
@@ -36,12 +37,12 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use self::creds::CredGuard;
-use self::state::{FsSnapshot, FsState, HandleState, InodeState, SessionState, STATE_VERSION};
+use self::state::{FsSnapshot, FsState, HandleState, InodeState, STATE_VERSION};
 use self::table::{lock, Handle, HandleTable, Inode, InodeTable, RestoredInode};
 use crate::abi::{flags as fflags, fopen, init_flags, ROOT_ID};
 use crate::sys::{self, Stat};
@@ -127,49 +128,8 @@ pub enum Error {
     InvalidState(String),
 }
 
-/// An entry handed to the guest: a node id and the file's attributes.
-#[derive(Debug, Clone, Copy)]
-pub struct Entry {
-    /// Node id (0 never; [`ROOT_ID`] for the root).
-    pub inode: u64,
-    /// Generation of the node id.
-    pub generation: u64,
-    /// Host attributes.
-    pub attr: Stat,
-}
-
-/// A directory entry as read from the host.
-#[derive(Debug, Clone, Copy)]
-pub struct DirEntry<'a> {
-    /// Host inode number.
-    pub ino: u64,
-    /// Offset of the next entry.
-    pub off: u64,
-    /// `d_type`.
-    pub typ: u32,
-    /// Name, without NUL.
-    pub name: &'a [u8],
-}
-
-/// Result of GETXATTR or LISTXATTR.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum XattrReply {
-    /// The size of the value (the guest asked with size 0).
-    Size(u32),
-    /// The value.
-    Value(Vec<u8>),
-}
-
-/// Caller identity from the request header.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ctx {
-    /// uid of the calling guest process.
-    pub uid: u32,
-    /// gid of the calling guest process.
-    pub gid: u32,
-    /// pid of the calling guest process.
-    pub pid: u32,
-}
+use crate::filesystem::Context as Ctx;
+pub use crate::filesystem::{DirEntry, Entry, XattrReply};
 
 /// Largest xattr value or list handled (Linux XATTR_SIZE_MAX / XATTR_LIST_MAX).
 const XATTR_MAX: usize = 65536;
@@ -188,9 +148,8 @@ pub struct PassthroughFs {
     proc_self_fd: OwnedFd,
     inodes: InodeTable,
     handles: HandleTable,
-    /// Negotiated minor version; 0 until INIT.
-    session_minor: AtomicU32,
-    session_flags: AtomicU64,
+    /// INIT flags negotiated by the server (0 outside a session).
+    negotiated: AtomicU64,
     switch_creds: bool,
 }
 
@@ -220,8 +179,7 @@ impl PassthroughFs {
             proc_self_fd,
             inodes: InodeTable::new(root, (st.st_dev, st.st_ino)),
             handles: HandleTable::default(),
-            session_minor: AtomicU32::new(0),
-            session_flags: AtomicU64::new(0),
+            negotiated: AtomicU64::new(0),
         })
     }
 
@@ -245,37 +203,58 @@ impl PassthroughFs {
         self.inodes.get(id).map(|i| i.refs())
     }
 
-    // ----- session -----
+    // ----- session (driven by the server) -----
 
-    /// The negotiated session, if INIT was done.
-    pub fn session(&self) -> Option<SessionState> {
-        match self.session_minor.load(Ordering::Acquire) {
-            0 => None,
-            minor => Some(SessionState {
-                minor,
-                flags: self.session_flags.load(Ordering::Relaxed),
-            }),
+    /// INIT flags this configuration supports.
+    pub fn supported_init_flags(&self) -> u64 {
+        use init_flags::*;
+        let cfg = &self.cfg;
+        let mut f = ASYNC_READ
+            | ATOMIC_O_TRUNC
+            | EXPORT_SUPPORT
+            | BIG_WRITES
+            | PARALLEL_DIROPS
+            | MAX_PAGES
+            | INIT_EXT;
+        if cfg.readdirplus {
+            f |= DO_READDIRPLUS | READDIRPLUS_AUTO;
         }
+        if cfg.writeback && !cfg.readonly {
+            f |= WRITEBACK_CACHE;
+        }
+        if cfg.xattr {
+            f |= SETXATTR_EXT;
+        }
+        match cfg.cache {
+            CachePolicy::Never => f |= DIRECT_IO_ALLOW_MMAP,
+            CachePolicy::Metadata => f |= DIRECT_IO_ALLOW_MMAP | CACHE_SYMLINKS,
+            CachePolicy::Auto => f |= AUTO_INVAL_DATA | CACHE_SYMLINKS,
+            CachePolicy::Always => f |= CACHE_SYMLINKS,
+        }
+        f
     }
 
-    /// Starts a session after INIT; forgets everything of an earlier one.
-    pub(crate) fn start_session(&self, s: SessionState) {
+    /// Starts a session with `flags`; forgets everything of an earlier one.
+    pub(crate) fn start_session(&self, flags: u64) {
         self.end_session();
-        self.session_flags.store(s.flags, Ordering::Relaxed);
-        self.session_minor.store(s.minor.max(1), Ordering::Release);
+        self.negotiated.store(flags, Ordering::Relaxed);
+    }
+
+    /// Resumes a restored session with `flags`, keeping the tables.
+    pub(crate) fn resume_session(&self, flags: u64) {
+        self.negotiated.store(flags, Ordering::Relaxed);
     }
 
     /// Ends the session (DESTROY or a new INIT): drops every inode but the root
     /// and closes every handle.
     pub(crate) fn end_session(&self) {
-        self.session_minor.store(0, Ordering::Release);
-        self.session_flags.store(0, Ordering::Relaxed);
+        self.negotiated.store(0, Ordering::Relaxed);
         self.handles.clear();
         self.inodes.clear();
     }
 
     fn negotiated(&self, flag: u64) -> bool {
-        self.session_flags.load(Ordering::Relaxed) & flag != 0
+        self.negotiated.load(Ordering::Relaxed) & flag != 0
     }
 
     // ----- helpers -----
@@ -990,7 +969,6 @@ impl PassthroughFs {
                 version: STATE_VERSION,
                 root_dev: root.key.0,
                 root_ino: root.key.1,
-                session: self.session(),
                 next_id: self.inodes.next_id(),
                 inodes,
                 handles,
@@ -1010,15 +988,6 @@ impl PassthroughFs {
         }
         if (state.root_dev, state.root_ino) != fs.inodes.root().key {
             return Err(bad("the shared directory is not the saved one".into()));
-        }
-        if let Some(s) = state.session {
-            let supported = crate::server::supported_init_flags(&fs.cfg);
-            if !(crate::abi::MIN_KERNEL_MINOR_VERSION..=crate::abi::KERNEL_MINOR_VERSION)
-                .contains(&s.minor)
-                || s.flags & !supported != 0
-            {
-                return Err(bad("session flags or version not supported".into()));
-            }
         }
         if state.next_id >= 1 << 62 {
             return Err(bad("node id counter out of range".into()));
@@ -1093,10 +1062,6 @@ impl PassthroughFs {
         }
         if fds.iter().any(Option::is_some) {
             return Err(bad("unused descriptors".into()));
-        }
-        if let Some(s) = state.session {
-            fs.session_flags.store(s.flags, Ordering::Relaxed);
-            fs.session_minor.store(s.minor, Ordering::Release);
         }
         Ok(fs)
     }

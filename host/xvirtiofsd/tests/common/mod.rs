@@ -22,7 +22,7 @@ use vm_memory::{
 };
 use vmm_sys_util::eventfd::EventFd;
 
-use xvfs_fs::{CachePolicy, Config, PassthroughFs, Server};
+use xvfs_fs::{CachePolicy, Config, PassthroughFs, PassthroughServer as Server};
 use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, VhostUserError};
 
 pub const MEM_SIZE: usize = 64 << 20;
