@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use xvfs_fs::passthrough::state::FsState;
+use xvfs_fs::SessionState;
 
 use crate::frame::{self, FrameError};
 
@@ -105,6 +106,8 @@ pub struct DaemonState {
     pub pid_file_fds: Vec<u32>,
     pub device: DeviceState,
     pub fs: FsState,
+    /// The negotiated FUSE session, if INIT was done (saved by the server).
+    pub session: Option<SessionState>,
     /// Index of the first file-system descriptor: `fs`'s fd indices are
     /// relative to it.
     pub fs_fd_base: u32,
