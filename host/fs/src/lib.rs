@@ -31,6 +31,7 @@ pub mod ratelimit;
 
 pub mod filesystem;
 pub mod fuse;
+pub mod memfs;
 pub mod passthrough;
 mod sys;
 

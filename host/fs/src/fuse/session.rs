@@ -91,3 +91,50 @@ impl Session {
         self.flags.store(0, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_bounds() {
+        let ok = |minor, flags| SessionState { minor, flags }.validate(0b1010);
+        assert_eq!(ok(MIN_KERNEL_MINOR_VERSION, 0b1000), Ok(()));
+        assert_eq!(ok(KERNEL_MINOR_VERSION, 0b1010), Ok(()));
+        assert!(matches!(
+            ok(MIN_KERNEL_MINOR_VERSION - 1, 0),
+            Err(SessionError::Minor { .. })
+        ));
+        assert!(matches!(
+            ok(KERNEL_MINOR_VERSION + 1, 0),
+            Err(SessionError::Minor { .. })
+        ));
+        assert_eq!(
+            ok(KERNEL_MINOR_VERSION, 0b0111),
+            Err(SessionError::Flags {
+                unsupported: 0b0101
+            })
+        );
+    }
+
+    #[test]
+    fn live_session_start_end() {
+        let s = Session::default();
+        assert_eq!(s.get(), None);
+        s.start(SessionState {
+            minor: 41,
+            flags: 4,
+        });
+        assert_eq!(
+            s.get(),
+            Some(SessionState {
+                minor: 41,
+                flags: 4
+            })
+        );
+        assert!(s.has(4) && !s.has(1));
+        s.end();
+        assert_eq!(s.get(), None);
+        assert!(!s.has(4));
+    }
+}
