@@ -4,10 +4,10 @@
 //! the bytes written.
 //!
 //! Input layout: byte 0 selects the mode. Bit 1 set: memfs, else passthrough.
-//! Even: the rest is sent raw (header included, so lengths may lie). Odd: byte 1 is the opcode, byte 2 the node id,
-//! byte 3 the reply room (0 = 1 MiB + 4 KiB, else n * 8 bytes), and the rest is
-//! the body behind a header whose length is right: this reaches the
-//! operations instead of the length checks.
+//! Even: the rest is sent raw (header included, so lengths may lie). Odd:
+//! byte 1 is the opcode, byte 2 the node id, byte 3 the reply room (0 = 1 MiB
+//! + 4 KiB, else n * 8 bytes), and the rest is the body behind a header whose
+//! length is right: this reaches the operations instead of the length checks.
 
 #![no_main]
 
