@@ -14,9 +14,8 @@
 //! ([`DataSink::copy_from_fd`], [`DataSource::copy_to_fd`]); an in-memory file
 //! system uses the slice variants.
 //!
-//! This module depends on nothing but the FUSE ABI's plain structures and flag
-//! constants ([`crate::abi`]), which implementations may use to interpret
-//! flag words.
+//! This module imports nothing of the crate. Flag words (INIT flags, FOPEN_*
+//! flags) carry the FUSE ABI's values ([`crate::abi`]).
 
 use std::ffi::CStr;
 use std::io;
@@ -26,12 +25,41 @@ use std::time::Duration;
 /// Host attributes of a file (`struct stat64`).
 pub type Stat = libc::stat64;
 
-/// The SETATTR request: `valid` says which fields are set (bits of
-/// [`crate::abi::fattr`]).
-pub type SetAttr = crate::abi::SetattrIn;
+/// A time to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    /// The current time.
+    Now,
+    /// This time (`nsec` as the guest sent it: may be out of range).
+    At {
+        /// Seconds since the epoch.
+        sec: u64,
+        /// Nanoseconds.
+        nsec: u32,
+    },
+}
+
+/// What SETATTR changes; `None` leaves a field alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SetAttr {
+    /// The handle the change comes through (ftruncate of an open file).
+    pub fh: Option<u64>,
+    /// Permission bits.
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Size (truncate or extend).
+    pub size: Option<u64>,
+    /// Access time.
+    pub atime: Option<SetTime>,
+    /// Modification time.
+    pub mtime: Option<SetTime>,
+}
 
 /// Node id of the root directory.
-pub const ROOT_ID: u64 = crate::abi::ROOT_ID;
+pub const ROOT_ID: u64 = 1;
 
 /// Caller identity from the request header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -386,26 +386,21 @@ impl FileSystem for MemFs {
     }
 
     fn setattr(&self, _: Context, node: u64, a: &SetAttr) -> io::Result<Stat> {
-        use crate::abi::fattr;
         let mut g = self.lock();
         let n = g.node_mut(node)?;
-        if a.valid & fattr::SIZE != 0 {
+        if let Some(size) = a.size {
             match &mut n.kind {
-                Kind::File(v) if a.size <= MAX_FILE_SIZE => v.resize(a.size as usize, 0),
+                Kind::File(v) if size <= MAX_FILE_SIZE => v.resize(size as usize, 0),
                 Kind::File(_) => return Err(err(libc::EFBIG)),
                 Kind::Dir(_) => return Err(err(libc::EISDIR)),
                 Kind::Symlink(_) => return Err(err(libc::EINVAL)),
             }
         }
-        if a.valid & fattr::MODE != 0 {
-            n.perm = a.mode & 0o7777;
+        if let Some(mode) = a.mode {
+            n.perm = mode & 0o7777;
         }
-        if a.valid & fattr::UID != 0 {
-            n.uid = a.uid;
-        }
-        if a.valid & fattr::GID != 0 {
-            n.gid = a.gid;
-        }
+        n.uid = a.uid.unwrap_or(n.uid);
+        n.gid = a.gid.unwrap_or(n.gid);
         g.stat(node)
     }
 

@@ -4,7 +4,7 @@
 use super::abi::*;
 use super::io::ReplyWriter;
 use super::wire::{check_name, check_xattr_name, reply_ok, Body, Error, OpResult, Req, PATH_MAX};
-use crate::filesystem::{FileSystem, XattrReply};
+use crate::filesystem::{FileSystem, SetAttr, SetTime, XattrReply};
 
 pub(crate) fn lookup<F: FileSystem>(
     q: &Req<'_, F>,
@@ -58,7 +58,7 @@ pub(crate) fn setattr<F: FileSystem>(
     w: &mut dyn ReplyWriter,
 ) -> OpResult {
     let a: SetattrIn = b.only()?;
-    let st = q.fs.setattr(q.ctx(), q.h.nodeid, &a)?;
+    let st = q.fs.setattr(q.ctx(), q.h.nodeid, &set_attr(&a))?;
     reply_ok(w, q.h.unique, &[&q.attr_out(&st).to_bytes()])
 }
 
@@ -290,4 +290,28 @@ pub(crate) fn removexattr<F: FileSystem>(
     b.end()?;
     q.fs.removexattr(q.ctx(), q.h.nodeid, name)?;
     q.reply_empty(w)
+}
+
+/// The typed form of a SETATTR body: `valid` decides which fields count; a
+/// `*_NOW` bit wins over the time it goes with.
+fn set_attr(a: &SetattrIn) -> SetAttr {
+    let has = |bit: u32| a.valid & bit != 0;
+    let time = |set: u32, now: u32, sec: u64, nsec: u32| {
+        if has(now) {
+            Some(SetTime::Now)
+        } else if has(set) {
+            Some(SetTime::At { sec, nsec })
+        } else {
+            None
+        }
+    };
+    SetAttr {
+        fh: has(fattr::FH).then_some(a.fh),
+        mode: has(fattr::MODE).then_some(a.mode),
+        uid: has(fattr::UID).then_some(a.uid),
+        gid: has(fattr::GID).then_some(a.gid),
+        size: has(fattr::SIZE).then_some(a.size),
+        atime: time(fattr::ATIME, fattr::ATIME_NOW, a.atime, a.atimensec),
+        mtime: time(fattr::MTIME, fattr::MTIME_NOW, a.mtime, a.mtimensec),
+    }
 }

@@ -317,3 +317,5 @@ fn min_reply(op: u32) -> Option<usize> {
         _ => Some(0),
     }
 }
+
+const _: () = assert!(crate::filesystem::ROOT_ID == abi::ROOT_ID);

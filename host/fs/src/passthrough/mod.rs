@@ -128,7 +128,7 @@ pub enum Error {
     InvalidState(String),
 }
 
-use crate::filesystem::Context as Ctx;
+use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
 pub use crate::filesystem::{DirEntry, Entry, XattrReply};
 
 /// Largest xattr value or list handled (Linux XATTR_SIZE_MAX / XATTR_LIST_MAX).
@@ -138,6 +138,19 @@ const COPY_MAX: u64 = 1 << 30;
 
 fn err(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
+}
+
+/// A SETATTR time for `utimensat()`.
+fn timespec(t: Option<SetTime>) -> io::Result<libc::timespec> {
+    let (tv_sec, tv_nsec) = match t {
+        None => (0, libc::UTIME_OMIT),
+        Some(SetTime::Now) => (0, libc::UTIME_NOW),
+        Some(SetTime::At { nsec, .. }) if nsec >= 1_000_000_000 => {
+            return Err(err(libc::EINVAL));
+        }
+        Some(SetTime::At { sec, nsec }) => (sec as i64, nsec.into()),
+    };
+    Ok(libc::timespec { tv_sec, tv_nsec })
 }
 
 /// The passthrough file system. `Send + Sync`: all state is behind sharded
@@ -389,42 +402,29 @@ impl PassthroughFs {
         sys::stat_fd(self.inode(id)?.fd())
     }
 
-    pub(crate) fn setattr(&self, id: u64, a: &crate::abi::SetattrIn) -> io::Result<Stat> {
-        use crate::abi::fattr;
+    pub(crate) fn setattr(&self, id: u64, a: &SetAttr) -> io::Result<Stat> {
         self.writable()?;
         let inode = self.inode(id)?;
-        let handle = if a.valid & fattr::FH != 0 {
-            self.handles.get(a.fh).filter(|h| h.inode == id)
-        } else {
-            None
-        };
-        if a.valid & fattr::MODE != 0 {
+        let handle =
+            a.fh.and_then(|fh| self.handles.get(fh))
+                .filter(|h| h.inode == id);
+        if let Some(mode) = a.mode {
             if inode.file_type == libc::S_IFLNK {
                 return Err(err(libc::EOPNOTSUPP));
             }
             let name = sys::fd_name(inode.fd().as_raw_fd());
-            sys::fchmodat(self.proc_self_fd.as_fd(), &name, a.mode & 0o7777)?;
+            sys::fchmodat(self.proc_self_fd.as_fd(), &name, mode & 0o7777)?;
         }
-        if a.valid & (fattr::UID | fattr::GID) != 0 {
-            let uid = if a.valid & fattr::UID != 0 {
-                a.uid
-            } else {
-                u32::MAX
-            };
-            let gid = if a.valid & fattr::GID != 0 {
-                a.gid
-            } else {
-                u32::MAX
-            };
+        if a.uid.is_some() || a.gid.is_some() {
             sys::fchownat(
                 inode.fd(),
                 c"",
-                uid,
-                gid,
+                a.uid.unwrap_or(u32::MAX),
+                a.gid.unwrap_or(u32::MAX),
                 libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
             )?;
         }
-        if a.valid & fattr::SIZE != 0 {
+        if let Some(size) = a.size {
             if inode.is_dir() {
                 return Err(err(libc::EISDIR));
             }
@@ -432,37 +432,12 @@ impl PassthroughFs {
                 return Err(err(libc::EINVAL));
             }
             match handle.filter(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY) {
-                Some(h) => sys::ftruncate(h.fd(), a.size)?,
-                None => sys::ftruncate(self.reopen(&inode, libc::O_WRONLY)?.as_fd(), a.size)?,
+                Some(h) => sys::ftruncate(h.fd(), size)?,
+                None => sys::ftruncate(self.reopen(&inode, libc::O_WRONLY)?.as_fd(), size)?,
             }
         }
-        let times = fattr::ATIME | fattr::MTIME | fattr::ATIME_NOW | fattr::MTIME_NOW;
-        if a.valid & times != 0 {
-            let ts = |set: u32, now: u32, sec: u64, nsec: u32| -> io::Result<libc::timespec> {
-                if a.valid & now != 0 {
-                    Ok(libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_NOW,
-                    })
-                } else if a.valid & set != 0 {
-                    if nsec >= 1_000_000_000 {
-                        return Err(err(libc::EINVAL));
-                    }
-                    Ok(libc::timespec {
-                        tv_sec: sec as i64,
-                        tv_nsec: nsec.into(),
-                    })
-                } else {
-                    Ok(libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_OMIT,
-                    })
-                }
-            };
-            let t = [
-                ts(fattr::ATIME, fattr::ATIME_NOW, a.atime, a.atimensec)?,
-                ts(fattr::MTIME, fattr::MTIME_NOW, a.mtime, a.mtimensec)?,
-            ];
+        if a.atime.is_some() || a.mtime.is_some() {
+            let t = [timespec(a.atime)?, timespec(a.mtime)?];
             sys::utimensat(
                 inode.fd(),
                 c"",
