@@ -32,6 +32,7 @@ mod creds;
 mod fs_impl;
 pub mod state;
 mod table;
+mod upgrade;
 
 use std::ffi::CStr;
 use std::io;
@@ -42,9 +43,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::creds::CredGuard;
-use self::state::{FsSnapshot, FsState, HandleState, InodeState, STATE_VERSION};
-use self::table::{lock, Handle, HandleTable, Inode, InodeTable, RestoredInode};
-use crate::abi::{flags as fflags, fopen, init_flags, ROOT_ID};
+use self::table::{lock, Handle, HandleTable, Inode, InodeTable};
+use crate::abi::{flags as fflags, fopen, init_flags};
+use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
 
 /// How much the guest may cache.
@@ -901,143 +902,5 @@ impl PassthroughFs {
         };
         let fd = self.reopen(&inode, libc::O_RDONLY | libc::O_NONBLOCK)?;
         sys::syncfs(fd.as_fd())
-    }
-
-    // ----- live upgrade -----
-
-    /// Exports the tables. Stop all request processing first; the descriptors
-    /// in the result are borrowed from `self`.
-    pub fn snapshot(&self) -> FsSnapshot {
-        let mut fds = Vec::new();
-        let mut push = |fd: std::os::fd::BorrowedFd<'_>| {
-            fds.push(fd.as_raw_fd());
-            (fds.len() - 1) as u32
-        };
-        let inodes = self
-            .inodes
-            .all()
-            .iter()
-            .map(|i| InodeState {
-                id: i.id,
-                dev: i.key.0,
-                ino: i.key.1,
-                refs: i.refs(),
-                generation: i.generation,
-                file_type: i.file_type,
-                fd_index: push(i.fd()),
-            })
-            .collect();
-        let handles = self
-            .handles
-            .all()
-            .iter()
-            .map(|h| HandleState {
-                fh: h.fh,
-                inode: h.inode,
-                flags: h.flags,
-                fd_index: push(h.fd()),
-            })
-            .collect();
-        let root = self.inodes.root();
-        FsSnapshot {
-            state: FsState {
-                version: STATE_VERSION,
-                root_dev: root.key.0,
-                root_ino: root.key.1,
-                next_id: self.inodes.next_id(),
-                inodes,
-                handles,
-            },
-            fds,
-        }
-    }
-
-    /// Rebuilds a file system from a snapshot taken by an earlier process.
-    /// `state` and `fds` are untrusted: every entry is checked against its
-    /// descriptor, and every descriptor must be used exactly once.
-    pub fn restore(cfg: Config, state: &FsState, fds: Vec<OwnedFd>) -> Result<Self, Error> {
-        let bad = |m: String| Error::InvalidState(m);
-        let fs = Self::new(cfg)?;
-        if state.version != STATE_VERSION {
-            return Err(bad(format!("unsupported version {}", state.version)));
-        }
-        if (state.root_dev, state.root_ino) != fs.inodes.root().key {
-            return Err(bad("the shared directory is not the saved one".into()));
-        }
-        if state.next_id >= 1 << 62 {
-            return Err(bad("node id counter out of range".into()));
-        }
-        fs.inodes.bump_next_id(state.next_id);
-        let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
-        let mut take = |i: u32| {
-            fds.get_mut(i as usize)
-                .and_then(Option::take)
-                .ok_or_else(|| bad(format!("descriptor index {i} missing or used twice")))
-        };
-        let mut ids = std::collections::HashSet::new();
-        let mut keys = std::collections::HashSet::new();
-        keys.insert(fs.inodes.root().key);
-        let types = [
-            libc::S_IFREG,
-            libc::S_IFDIR,
-            libc::S_IFLNK,
-            libc::S_IFCHR,
-            libc::S_IFBLK,
-            libc::S_IFIFO,
-            libc::S_IFSOCK,
-        ];
-        for i in &state.inodes {
-            if i.id <= ROOT_ID || i.id >= 1 << 62 || !ids.insert(i.id) {
-                return Err(bad(format!("bad or duplicate node id {}", i.id)));
-            }
-            if i.refs == 0 || !types.contains(&i.file_type) {
-                return Err(bad(format!("node {}: bad count or type", i.id)));
-            }
-            if !keys.insert((i.dev, i.ino)) {
-                return Err(bad(format!("node {}: file saved twice", i.id)));
-            }
-            let fd = take(i.fd_index)?;
-            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
-            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
-            if fl & libc::O_PATH == 0
-                || (st.st_dev, st.st_ino) != (i.dev, i.ino)
-                || st.st_mode & libc::S_IFMT != i.file_type
-            {
-                return Err(bad(format!("node {}: descriptor does not match", i.id)));
-            }
-            fs.inodes.insert_restored(RestoredInode {
-                id: i.id,
-                fd,
-                key: (i.dev, i.ino),
-                file_type: i.file_type,
-                generation: i.generation,
-                refs: i.refs,
-            });
-        }
-        let mut fhs = std::collections::HashSet::new();
-        for h in &state.handles {
-            if h.fh == 0 || h.fh >= 1 << 62 || !fhs.insert(h.fh) {
-                return Err(bad(format!("bad or duplicate handle {}", h.fh)));
-            }
-            let inode = fs
-                .inodes
-                .get(h.inode)
-                .ok_or_else(|| bad(format!("handle {}: unknown node {}", h.fh, h.inode)))?;
-            let fd = take(h.fd_index)?;
-            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
-            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
-            if fl & libc::O_PATH != 0
-                || fl & libc::O_ACCMODE != h.flags & libc::O_ACCMODE
-                || (st.st_dev, st.st_ino) != inode.key
-                || !(inode.is_reg() || inode.is_dir())
-            {
-                return Err(bad(format!("handle {}: descriptor does not match", h.fh)));
-            }
-            fs.handles.insert_with(h.fh, h.inode, fd, h.flags);
-        }
-        if fds.iter().any(Option::is_some) {
-            return Err(bad("unused descriptors".into()));
-        }
-        Ok(fs)
     }
 }
