@@ -469,7 +469,12 @@ impl FileSystem for MemFs {
             r => r?,
         };
         match g.open(e.inode, false) {
-            Ok(o) => Ok((e, o)),
+            Ok(o) => {
+                if flags as i32 & libc::O_TRUNC != 0 {
+                    g.file(o.fh)?.clear();
+                }
+                Ok((e, o))
+            }
             Err(open_err) => {
                 if let Some(n) = g.nodes.get_mut(&e.inode) {
                     n.lookups -= 1;
