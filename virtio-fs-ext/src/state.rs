@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use xvfs_fs::passthrough::state::FsState;
+use xvfs_fs::SessionState;
 
 use crate::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
 use crate::frame::{self, FrameError};
@@ -102,6 +103,8 @@ pub struct DaemonState {
     pub pid_file_fds: Vec<u32>,
     pub device: DeviceState,
     pub fs: FsState,
+    /// The negotiated FUSE session, if INIT was done (saved by the server).
+    pub session: Option<SessionState>,
     /// Index of the first file-system descriptor: `fs`'s fd indices are
     /// relative to it.
     pub fs_fd_base: u32,
@@ -241,14 +244,13 @@ mod tests {
                 vrings: Vec::new(),
             },
             fs: FsState {
-                version: 1,
                 root_dev: 1,
                 root_ino: 2,
-                session: None,
                 next_id: 3,
                 inodes: Vec::new(),
                 handles: Vec::new(),
             },
+            session: None,
             fs_fd_base: 1,
         }
     }

@@ -81,7 +81,7 @@ fn init_refuses_other_major_and_old_minor() {
     assert_eq!(h.init(8, 0, 0, 0).err(), libc::EPROTO);
     assert_eq!(h.init(6, 41, 0, 0).err(), libc::EPROTO);
     assert_eq!(h.init(7, 20, 0, 0).err(), libc::EPROTO);
-    assert!(h.fs().session().is_none());
+    assert!(h.srv.session().is_none());
 }
 
 #[test]

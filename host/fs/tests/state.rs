@@ -8,8 +8,8 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
-use xvfs_fs::passthrough::state::{FsSnapshot, FsState, STATE_VERSION};
-use xvfs_fs::{PassthroughFs, Server};
+use xvfs_fs::passthrough::state::{FsSnapshot, FsState};
+use xvfs_fs::{PassthroughFs, PassthroughServer as Server};
 
 const ROOT: u64 = abi::ROOT_ID;
 
@@ -65,19 +65,20 @@ fn snapshot_restore_round_trip() {
     let dfh = h.opendir(d.nodeid);
 
     let snap = h.fs().snapshot();
-    assert_eq!(snap.state.version, STATE_VERSION);
     assert_eq!(snap.state.inodes.len(), 3);
     assert_eq!(snap.state.handles.len(), 2);
     assert_eq!(snap.fds.len(), 5);
-    assert!(snap.state.session.is_some());
+    let session = h.srv.session();
+    assert!(session.is_some());
 
     // Through the wire format the daemon uses.
     let bytes = postcard::to_stdvec(&snap.state).unwrap();
     let state: FsState = postcard::from_bytes(&bytes).unwrap();
     assert_eq!(state, snap.state);
     let srv = restored(&h, &state, dup_fds(&snap));
+    srv.restore_session(session.unwrap()).unwrap();
     let fs2 = srv.fs();
-    assert_eq!(fs2.session(), h.fs().session());
+    assert_eq!(srv.session(), h.srv.session());
     assert_eq!(fs2.inode_count(), 4);
     assert_eq!(fs2.handle_count(), 2);
     assert_eq!(fs2.lookup_count(f.nodeid), Some(2));
@@ -144,10 +145,6 @@ fn restore_rejects_inconsistent_state() {
     assert!(try_restore(&snap.state, dup_fds(&snap)).is_ok());
 
     let mut s = snap.state.clone();
-    s.version = 99;
-    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "version");
-
-    let mut s = snap.state.clone();
     s.inodes[1].id = s.inodes[0].id;
     assert!(try_restore(&s, dup_fds(&snap)).is_err(), "duplicate id");
 
@@ -196,12 +193,13 @@ fn restore_rejects_inconsistent_state() {
     s.root_ino ^= 1;
     assert!(try_restore(&s, dup_fds(&snap)).is_err(), "other root");
 
-    let mut s = snap.state.clone();
-    s.session = Some(xvfs_fs::passthrough::state::SessionState {
+    let srv = restored(&h, &snap.state, dup_fds(&snap));
+    let bad = xvfs_fs::SessionState {
         minor: 41,
         flags: u64::MAX,
-    });
-    assert!(try_restore(&s, dup_fds(&snap)).is_err(), "session flags");
+    };
+    assert!(srv.restore_session(bad).is_err(), "session flags");
+    assert!(srv.session().is_none());
 
     let mut fds = dup_fds(&snap);
     fds.push(fds[0].try_clone().unwrap());
@@ -224,7 +222,7 @@ fn restore_rejects_inconsistent_state() {
 fn empty_snapshot_before_init() {
     let h = Harness::uninit(|_| {});
     let snap = h.fs().snapshot();
-    assert!(snap.state.session.is_none());
+    assert!(h.srv.session().is_none());
     assert!(snap.state.inodes.is_empty() && snap.fds.is_empty());
     let srv = restored(&h, &snap.state, Vec::new());
     let (e, _) = req(&srv, opcode::GETATTR, ROOT, &[0u8; 16]);

@@ -1,12 +1,13 @@
-//! Feeds arbitrary bytes as one FUSE request to a `Server` over a read-only
-//! temporary directory. Checks that it never panics and that every reply's out
-//! header `len` equals the bytes written.
+//! Feeds arbitrary bytes as one FUSE request to a `Server`, over a read-only
+//! temporary directory (passthrough) or an in-memory file system (memfs).
+//! Checks that it never panics and that every reply's out header `len` equals
+//! the bytes written.
 //!
-//! Input layout: byte 0 selects the mode. Even: the rest is sent raw (header
-//! included, so lengths may lie). Odd: byte 1 is the opcode, byte 2 the node id,
-//! byte 3 the reply room (0 = 1 MiB + 4 KiB, else n * 8 bytes), and the rest is
-//! the body behind a header whose length is right: this reaches the
-//! operations instead of the length checks.
+//! Input layout: byte 0 selects the mode. Bit 1 set: memfs, else passthrough.
+//! Even: the rest is sent raw (header included, so lengths may lie). Odd:
+//! byte 1 is the opcode, byte 2 the node id, byte 3 the reply room (0 = 1 MiB
+//! + 4 KiB, else n * 8 bytes), and the rest is the body behind a header whose
+//! length is right: this reaches the operations instead of the length checks.
 
 #![no_main]
 
@@ -16,7 +17,9 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use xvfs_fs::abi::{self, opcode, Wire};
 use xvfs_fs::io::{SliceReader, VecWriter};
-use xvfs_fs::{CachePolicy, Config, PassthroughFs, Server};
+use xvfs_fs::filesystem::FileSystem;
+use xvfs_fs::memfs::MemFs;
+use xvfs_fs::{CachePolicy, Config, PassthroughFs, PassthroughServer, Server};
 
 const ROOM: usize = (1 << 20) + 4096;
 
@@ -31,8 +34,8 @@ fn setup_dir() -> PathBuf {
     dir
 }
 
-fn server() -> &'static Server {
-    static SERVER: OnceLock<Server> = OnceLock::new();
+fn server() -> &'static PassthroughServer {
+    static SERVER: OnceLock<PassthroughServer> = OnceLock::new();
     SERVER.get_or_init(|| {
         let cfg = Config {
             root_dir: setup_dir(),
@@ -47,7 +50,12 @@ fn server() -> &'static Server {
     })
 }
 
-fn run(srv: &Server, req: &[u8], room: usize) {
+fn mem_server() -> &'static Server<MemFs> {
+    static SERVER: OnceLock<Server<MemFs>> = OnceLock::new();
+    SERVER.get_or_init(|| Server::new(MemFs::new()))
+}
+
+fn run<F: FileSystem>(srv: &Server<F>, req: &[u8], room: usize) {
     let mut r = SliceReader::new(req);
     let mut w = VecWriter::new(room);
     let n = srv.handle(&mut r, &mut w);
@@ -62,7 +70,7 @@ fn run(srv: &Server, req: &[u8], room: usize) {
     }
 }
 
-fn init(srv: &Server) {
+fn init<F: FileSystem>(srv: &Server<F>) {
     let i = abi::InitIn {
         major: 7,
         minor: 41,
@@ -82,13 +90,20 @@ fn init(srv: &Server) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let srv = server();
-    if srv.fs().session().is_none() {
-        init(srv);
-    }
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
+    if mode & 2 != 0 {
+        one(mem_server(), mode, rest);
+    } else {
+        one(server(), mode, rest);
+    }
+});
+
+fn one<F: FileSystem>(srv: &Server<F>, mode: u8, rest: &[u8]) {
+    if srv.session().is_none() {
+        init(srv);
+    }
     if mode & 1 == 0 {
         run(srv, rest, ROOM);
         return;
@@ -109,4 +124,4 @@ fuzz_target!(|data: &[u8]| {
     };
     let room = if *room == 0 { ROOM } else { usize::from(*room) * 8 };
     run(srv, &[&h.to_bytes()[..], body].concat(), room);
-});
+}

@@ -30,6 +30,8 @@ pub enum SetupError {
     SharedDir(PathBuf, #[source] std::io::Error),
     #[error("cannot open the shared directory")]
     Fs(#[source] xvfs_fs::passthrough::Error),
+    #[error("restoring the FUSE session")]
+    Session(#[source] xvfs_fs::SessionError),
     #[error("socket {0}")]
     Socket(PathBuf, #[source] std::io::Error),
     #[error("--fd {0} is not a listening socket")]
@@ -467,6 +469,9 @@ fn restore(
     let fs = PassthroughFs::restore(fs_config(&st.config), &st.fs, inc.take_fs_fds())
         .map_err(SetupError::Fs)?;
     let server = Arc::new(FsServer::new(fs));
+    if let Some(s) = st.session {
+        server.restore_session(s).map_err(SetupError::Session)?;
+    }
     let mut take = |i: u32| inc.take(i);
     let dev = Device::import(
         device_config(&st.config, wake_cost),

@@ -23,7 +23,7 @@ pub mod upgrade;
 pub mod vhost_user;
 
 /// The FUSE server the queues serve: the one name for it in this crate.
-pub type FsServer = xvfs_fs::Server;
+pub type FsServer = xvfs_fs::PassthroughServer;
 
 /// Formats an error with all its causes: `a: b: c`.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -147,6 +147,7 @@ fn send_everything(
         pid_file_fds,
         device,
         fs: snap.state,
+        session: out.server.session(),
         fs_fd_base,
     };
     let blob = state.encode()?;

@@ -8,7 +8,7 @@
 //!   only ever resolved as a single component, relative to its parent's
 //!   descriptor (`*at()` calls), so there is no path walk to redirect;
 //! - names with `/` or NUL, empty names, `.` and `..` are refused by the
-//!   [`server`](crate::server) (LOOKUP of `..` at the root gives the root);
+//!   FUSE [`server`](crate::server) (LOOKUP of `..` at the root gives the root);
 //! - symlinks are never followed: lookups use `O_NOFOLLOW`, attributes are read
 //!   with `AT_SYMLINK_NOFOLLOW`, and only regular files and directories are ever
 //!   re-opened through `/proc/self/fd` (re-opening a symlink's `O_PATH`
@@ -29,21 +29,24 @@
 //! sets the process umask to 0 so the host does not mask a second time.
 
 mod creds;
+mod extended;
+mod fs_impl;
 pub mod state;
 mod table;
+mod upgrade;
 
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use self::creds::CredGuard;
-use self::state::{FsSnapshot, FsState, HandleState, InodeState, SessionState, STATE_VERSION};
-use self::table::{lock, Handle, HandleTable, Inode, InodeTable, RestoredInode};
-use crate::abi::{flags as fflags, fopen, init_flags, ROOT_ID};
+use self::table::{lock, Handle, HandleTable, Inode, InodeTable};
+use crate::abi::{flags as fflags, fopen, init_flags};
+use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
 
 /// How much the guest may cache.
@@ -127,57 +130,24 @@ pub enum Error {
     InvalidState(String),
 }
 
-/// An entry handed to the guest: a node id and the file's attributes.
-#[derive(Debug, Clone, Copy)]
-pub struct Entry {
-    /// Node id (0 never; [`ROOT_ID`] for the root).
-    pub inode: u64,
-    /// Generation of the node id.
-    pub generation: u64,
-    /// Host attributes.
-    pub attr: Stat,
-}
-
-/// A directory entry as read from the host.
-#[derive(Debug, Clone, Copy)]
-pub struct DirEntry<'a> {
-    /// Host inode number.
-    pub ino: u64,
-    /// Offset of the next entry.
-    pub off: u64,
-    /// `d_type`.
-    pub typ: u32,
-    /// Name, without NUL.
-    pub name: &'a [u8],
-}
-
-/// Result of GETXATTR or LISTXATTR.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum XattrReply {
-    /// The size of the value (the guest asked with size 0).
-    Size(u32),
-    /// The value.
-    Value(Vec<u8>),
-}
-
-/// Caller identity from the request header.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ctx {
-    /// uid of the calling guest process.
-    pub uid: u32,
-    /// gid of the calling guest process.
-    pub gid: u32,
-    /// pid of the calling guest process.
-    pub pid: u32,
-}
-
-/// Largest xattr value or list handled (Linux XATTR_SIZE_MAX / XATTR_LIST_MAX).
-const XATTR_MAX: usize = 65536;
-/// Largest amount COPY_FILE_RANGE copies in one request (the reply is 32-bit).
-const COPY_MAX: u64 = 1 << 30;
+use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
+pub use crate::filesystem::{DirEntry, Entry, XattrReply};
 
 fn err(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
+}
+
+/// A SETATTR time for `utimensat()`.
+fn timespec(t: Option<SetTime>) -> io::Result<libc::timespec> {
+    let (tv_sec, tv_nsec) = match t {
+        None => (0, libc::UTIME_OMIT),
+        Some(SetTime::Now) => (0, libc::UTIME_NOW),
+        Some(SetTime::At { nsec, .. }) if nsec >= 1_000_000_000 => {
+            return Err(err(libc::EINVAL));
+        }
+        Some(SetTime::At { sec, nsec }) => (sec as i64, nsec.into()),
+    };
+    Ok(libc::timespec { tv_sec, tv_nsec })
 }
 
 /// The passthrough file system. `Send + Sync`: all state is behind sharded
@@ -188,9 +158,8 @@ pub struct PassthroughFs {
     proc_self_fd: OwnedFd,
     inodes: InodeTable,
     handles: HandleTable,
-    /// Negotiated minor version; 0 until INIT.
-    session_minor: AtomicU32,
-    session_flags: AtomicU64,
+    /// INIT flags negotiated by the server (0 outside a session).
+    negotiated: AtomicU64,
     switch_creds: bool,
 }
 
@@ -220,8 +189,7 @@ impl PassthroughFs {
             proc_self_fd,
             inodes: InodeTable::new(root, (st.st_dev, st.st_ino)),
             handles: HandleTable::default(),
-            session_minor: AtomicU32::new(0),
-            session_flags: AtomicU64::new(0),
+            negotiated: AtomicU64::new(0),
         })
     }
 
@@ -245,37 +213,58 @@ impl PassthroughFs {
         self.inodes.get(id).map(|i| i.refs())
     }
 
-    // ----- session -----
+    // ----- session (driven by the server) -----
 
-    /// The negotiated session, if INIT was done.
-    pub fn session(&self) -> Option<SessionState> {
-        match self.session_minor.load(Ordering::Acquire) {
-            0 => None,
-            minor => Some(SessionState {
-                minor,
-                flags: self.session_flags.load(Ordering::Relaxed),
-            }),
+    /// INIT flags this configuration supports.
+    pub fn supported_init_flags(&self) -> u64 {
+        use init_flags::*;
+        let cfg = &self.cfg;
+        let mut f = ASYNC_READ
+            | ATOMIC_O_TRUNC
+            | EXPORT_SUPPORT
+            | BIG_WRITES
+            | PARALLEL_DIROPS
+            | MAX_PAGES
+            | INIT_EXT;
+        if cfg.readdirplus {
+            f |= DO_READDIRPLUS | READDIRPLUS_AUTO;
         }
+        if cfg.writeback && !cfg.readonly {
+            f |= WRITEBACK_CACHE;
+        }
+        if cfg.xattr {
+            f |= SETXATTR_EXT;
+        }
+        match cfg.cache {
+            CachePolicy::Never => f |= DIRECT_IO_ALLOW_MMAP,
+            CachePolicy::Metadata => f |= DIRECT_IO_ALLOW_MMAP | CACHE_SYMLINKS,
+            CachePolicy::Auto => f |= AUTO_INVAL_DATA | CACHE_SYMLINKS,
+            CachePolicy::Always => f |= CACHE_SYMLINKS,
+        }
+        f
     }
 
-    /// Starts a session after INIT; forgets everything of an earlier one.
-    pub(crate) fn start_session(&self, s: SessionState) {
+    /// Starts a session with `flags`; forgets everything of an earlier one.
+    pub(crate) fn start_session(&self, flags: u64) {
         self.end_session();
-        self.session_flags.store(s.flags, Ordering::Relaxed);
-        self.session_minor.store(s.minor.max(1), Ordering::Release);
+        self.negotiated.store(flags, Ordering::Relaxed);
+    }
+
+    /// Resumes a restored session with `flags`, keeping the tables.
+    pub(crate) fn resume_session(&self, flags: u64) {
+        self.negotiated.store(flags, Ordering::Relaxed);
     }
 
     /// Ends the session (DESTROY or a new INIT): drops every inode but the root
     /// and closes every handle.
     pub(crate) fn end_session(&self) {
-        self.session_minor.store(0, Ordering::Release);
-        self.session_flags.store(0, Ordering::Relaxed);
+        self.negotiated.store(0, Ordering::Relaxed);
         self.handles.clear();
         self.inodes.clear();
     }
 
     fn negotiated(&self, flag: u64) -> bool {
-        self.session_flags.load(Ordering::Relaxed) & flag != 0
+        self.negotiated.load(Ordering::Relaxed) & flag != 0
     }
 
     // ----- helpers -----
@@ -410,42 +399,29 @@ impl PassthroughFs {
         sys::stat_fd(self.inode(id)?.fd())
     }
 
-    pub(crate) fn setattr(&self, id: u64, a: &crate::abi::SetattrIn) -> io::Result<Stat> {
-        use crate::abi::fattr;
+    pub(crate) fn setattr(&self, id: u64, a: &SetAttr) -> io::Result<Stat> {
         self.writable()?;
         let inode = self.inode(id)?;
-        let handle = if a.valid & fattr::FH != 0 {
-            self.handles.get(a.fh).filter(|h| h.inode == id)
-        } else {
-            None
-        };
-        if a.valid & fattr::MODE != 0 {
+        let handle =
+            a.fh.and_then(|fh| self.handles.get(fh))
+                .filter(|h| h.inode == id);
+        if let Some(mode) = a.mode {
             if inode.file_type == libc::S_IFLNK {
                 return Err(err(libc::EOPNOTSUPP));
             }
             let name = sys::fd_name(inode.fd().as_raw_fd());
-            sys::fchmodat(self.proc_self_fd.as_fd(), &name, a.mode & 0o7777)?;
+            sys::fchmodat(self.proc_self_fd.as_fd(), &name, mode & 0o7777)?;
         }
-        if a.valid & (fattr::UID | fattr::GID) != 0 {
-            let uid = if a.valid & fattr::UID != 0 {
-                a.uid
-            } else {
-                u32::MAX
-            };
-            let gid = if a.valid & fattr::GID != 0 {
-                a.gid
-            } else {
-                u32::MAX
-            };
+        if a.uid.is_some() || a.gid.is_some() {
             sys::fchownat(
                 inode.fd(),
                 c"",
-                uid,
-                gid,
+                a.uid.unwrap_or(u32::MAX),
+                a.gid.unwrap_or(u32::MAX),
                 libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
             )?;
         }
-        if a.valid & fattr::SIZE != 0 {
+        if let Some(size) = a.size {
             if inode.is_dir() {
                 return Err(err(libc::EISDIR));
             }
@@ -453,37 +429,12 @@ impl PassthroughFs {
                 return Err(err(libc::EINVAL));
             }
             match handle.filter(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY) {
-                Some(h) => sys::ftruncate(h.fd(), a.size)?,
-                None => sys::ftruncate(self.reopen(&inode, libc::O_WRONLY)?.as_fd(), a.size)?,
+                Some(h) => sys::ftruncate(h.fd(), size)?,
+                None => sys::ftruncate(self.reopen(&inode, libc::O_WRONLY)?.as_fd(), size)?,
             }
         }
-        let times = fattr::ATIME | fattr::MTIME | fattr::ATIME_NOW | fattr::MTIME_NOW;
-        if a.valid & times != 0 {
-            let ts = |set: u32, now: u32, sec: u64, nsec: u32| -> io::Result<libc::timespec> {
-                if a.valid & now != 0 {
-                    Ok(libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_NOW,
-                    })
-                } else if a.valid & set != 0 {
-                    if nsec >= 1_000_000_000 {
-                        return Err(err(libc::EINVAL));
-                    }
-                    Ok(libc::timespec {
-                        tv_sec: sec as i64,
-                        tv_nsec: nsec.into(),
-                    })
-                } else {
-                    Ok(libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_OMIT,
-                    })
-                }
-            };
-            let t = [
-                ts(fattr::ATIME, fattr::ATIME_NOW, a.atime, a.atimensec)?,
-                ts(fattr::MTIME, fattr::MTIME_NOW, a.mtime, a.mtimensec)?,
-            ];
+        if a.atime.is_some() || a.mtime.is_some() {
+            let t = [timespec(a.atime)?, timespec(a.mtime)?];
             sys::utimensat(
                 inode.fd(),
                 c"",
@@ -820,284 +771,5 @@ impl PassthroughFs {
         }
         let _c = self.creds(ctx)?;
         sys::access_fd(inode.fd(), mask)
-    }
-
-    fn xattr_fd(&self, id: u64) -> io::Result<OwnedFd> {
-        let inode = self.inode(id)?;
-        let flags = if inode.is_dir() {
-            libc::O_RDONLY | libc::O_DIRECTORY
-        } else if inode.is_reg() {
-            libc::O_RDONLY | libc::O_NONBLOCK
-        } else {
-            return Err(err(libc::EOPNOTSUPP));
-        };
-        self.reopen(&inode, flags)
-    }
-
-    pub(crate) fn getxattr(&self, id: u64, name: &CStr, size: u32) -> io::Result<XattrReply> {
-        let fd = self.xattr_fd(id)?;
-        if size == 0 {
-            let n = sys::fgetxattr(fd.as_fd(), name, &mut [])?;
-            return Ok(XattrReply::Size(n as u32));
-        }
-        let mut buf = vec![0u8; (size as usize).min(XATTR_MAX)];
-        let n = sys::fgetxattr(fd.as_fd(), name, &mut buf)?;
-        buf.truncate(n);
-        Ok(XattrReply::Value(buf))
-    }
-
-    pub(crate) fn listxattr(&self, id: u64, size: u32) -> io::Result<XattrReply> {
-        let fd = match self.xattr_fd(id) {
-            Ok(fd) => fd,
-            // Symlinks and special files: report no attributes.
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                return Ok(if size == 0 {
-                    XattrReply::Size(0)
-                } else {
-                    XattrReply::Value(Vec::new())
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        if size == 0 {
-            let n = sys::flistxattr(fd.as_fd(), &mut [])?;
-            return Ok(XattrReply::Size(n as u32));
-        }
-        let mut buf = vec![0u8; (size as usize).min(XATTR_MAX)];
-        let n = sys::flistxattr(fd.as_fd(), &mut buf)?;
-        buf.truncate(n);
-        Ok(XattrReply::Value(buf))
-    }
-
-    pub(crate) fn setxattr(
-        &self,
-        id: u64,
-        name: &CStr,
-        value: &[u8],
-        flags: u32,
-    ) -> io::Result<()> {
-        self.writable()?;
-        let flags = flags as i32;
-        if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
-            return Err(err(libc::EINVAL));
-        }
-        let fd = self.xattr_fd(id)?;
-        sys::fsetxattr(fd.as_fd(), name, value, flags)
-    }
-
-    pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {
-        self.writable()?;
-        let fd = self.xattr_fd(id)?;
-        sys::fremovexattr(fd.as_fd(), name)
-    }
-
-    pub(crate) fn fallocate(&self, fh: u64, mode: u32, offset: u64, len: u64) -> io::Result<()> {
-        self.writable()?;
-        sys::fallocate(self.handle(fh)?.fd(), mode as i32, offset, len)
-    }
-
-    pub(crate) fn lseek(&self, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
-        let whence = whence as i32;
-        if ![
-            libc::SEEK_SET,
-            libc::SEEK_END,
-            libc::SEEK_DATA,
-            libc::SEEK_HOLE,
-        ]
-        .contains(&whence)
-        {
-            return Err(err(libc::EINVAL));
-        }
-        let h = self.handle(fh)?;
-        let _g = lock(&h.dir_lock);
-        sys::lseek(h.fd(), offset as i64, whence)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn copy_file_range(
-        &self,
-        fh_in: u64,
-        off_in: u64,
-        fh_out: u64,
-        off_out: u64,
-        len: u64,
-        flags: u64,
-    ) -> io::Result<usize> {
-        self.writable()?;
-        if flags != 0 {
-            return Err(err(libc::EINVAL));
-        }
-        let hi = self.handle(fh_in)?;
-        let ho = self.handle(fh_out)?;
-        sys::copy_file_range(
-            hi.fd(),
-            off_in,
-            ho.fd(),
-            off_out,
-            len.min(COPY_MAX) as usize,
-        )
-    }
-
-    pub(crate) fn syncfs(&self, id: u64) -> io::Result<()> {
-        let inode = self.inode(id)?;
-        let inode = if inode.is_reg() || inode.is_dir() {
-            inode
-        } else {
-            self.inodes.root().clone()
-        };
-        let fd = self.reopen(&inode, libc::O_RDONLY | libc::O_NONBLOCK)?;
-        sys::syncfs(fd.as_fd())
-    }
-
-    // ----- live upgrade -----
-
-    /// Exports the tables. Stop all request processing first; the descriptors
-    /// in the result are borrowed from `self`.
-    pub fn snapshot(&self) -> FsSnapshot {
-        let mut fds = Vec::new();
-        let mut push = |fd: std::os::fd::BorrowedFd<'_>| {
-            fds.push(fd.as_raw_fd());
-            (fds.len() - 1) as u32
-        };
-        let inodes = self
-            .inodes
-            .all()
-            .iter()
-            .map(|i| InodeState {
-                id: i.id,
-                dev: i.key.0,
-                ino: i.key.1,
-                refs: i.refs(),
-                generation: i.generation,
-                file_type: i.file_type,
-                fd_index: push(i.fd()),
-            })
-            .collect();
-        let handles = self
-            .handles
-            .all()
-            .iter()
-            .map(|h| HandleState {
-                fh: h.fh,
-                inode: h.inode,
-                flags: h.flags,
-                fd_index: push(h.fd()),
-            })
-            .collect();
-        let root = self.inodes.root();
-        FsSnapshot {
-            state: FsState {
-                version: STATE_VERSION,
-                root_dev: root.key.0,
-                root_ino: root.key.1,
-                session: self.session(),
-                next_id: self.inodes.next_id(),
-                inodes,
-                handles,
-            },
-            fds,
-        }
-    }
-
-    /// Rebuilds a file system from a snapshot taken by an earlier process.
-    /// `state` and `fds` are untrusted: every entry is checked against its
-    /// descriptor, and every descriptor must be used exactly once.
-    pub fn restore(cfg: Config, state: &FsState, fds: Vec<OwnedFd>) -> Result<Self, Error> {
-        let bad = |m: String| Error::InvalidState(m);
-        let fs = Self::new(cfg)?;
-        if state.version != STATE_VERSION {
-            return Err(bad(format!("unsupported version {}", state.version)));
-        }
-        if (state.root_dev, state.root_ino) != fs.inodes.root().key {
-            return Err(bad("the shared directory is not the saved one".into()));
-        }
-        if let Some(s) = state.session {
-            let supported = crate::server::supported_init_flags(&fs.cfg);
-            if !(crate::abi::MIN_KERNEL_MINOR_VERSION..=crate::abi::KERNEL_MINOR_VERSION)
-                .contains(&s.minor)
-                || s.flags & !supported != 0
-            {
-                return Err(bad("session flags or version not supported".into()));
-            }
-        }
-        if state.next_id >= 1 << 62 {
-            return Err(bad("node id counter out of range".into()));
-        }
-        fs.inodes.bump_next_id(state.next_id);
-        let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
-        let mut take = |i: u32| {
-            fds.get_mut(i as usize)
-                .and_then(Option::take)
-                .ok_or_else(|| bad(format!("descriptor index {i} missing or used twice")))
-        };
-        let mut ids = std::collections::HashSet::new();
-        let mut keys = std::collections::HashSet::new();
-        keys.insert(fs.inodes.root().key);
-        let types = [
-            libc::S_IFREG,
-            libc::S_IFDIR,
-            libc::S_IFLNK,
-            libc::S_IFCHR,
-            libc::S_IFBLK,
-            libc::S_IFIFO,
-            libc::S_IFSOCK,
-        ];
-        for i in &state.inodes {
-            if i.id <= ROOT_ID || i.id >= 1 << 62 || !ids.insert(i.id) {
-                return Err(bad(format!("bad or duplicate node id {}", i.id)));
-            }
-            if i.refs == 0 || !types.contains(&i.file_type) {
-                return Err(bad(format!("node {}: bad count or type", i.id)));
-            }
-            if !keys.insert((i.dev, i.ino)) {
-                return Err(bad(format!("node {}: file saved twice", i.id)));
-            }
-            let fd = take(i.fd_index)?;
-            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
-            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
-            if fl & libc::O_PATH == 0
-                || (st.st_dev, st.st_ino) != (i.dev, i.ino)
-                || st.st_mode & libc::S_IFMT != i.file_type
-            {
-                return Err(bad(format!("node {}: descriptor does not match", i.id)));
-            }
-            fs.inodes.insert_restored(RestoredInode {
-                id: i.id,
-                fd,
-                key: (i.dev, i.ino),
-                file_type: i.file_type,
-                generation: i.generation,
-                refs: i.refs,
-            });
-        }
-        let mut fhs = std::collections::HashSet::new();
-        for h in &state.handles {
-            if h.fh == 0 || h.fh >= 1 << 62 || !fhs.insert(h.fh) {
-                return Err(bad(format!("bad or duplicate handle {}", h.fh)));
-            }
-            let inode = fs
-                .inodes
-                .get(h.inode)
-                .ok_or_else(|| bad(format!("handle {}: unknown node {}", h.fh, h.inode)))?;
-            let fd = take(h.fd_index)?;
-            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
-            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
-            if fl & libc::O_PATH != 0
-                || fl & libc::O_ACCMODE != h.flags & libc::O_ACCMODE
-                || (st.st_dev, st.st_ino) != inode.key
-                || !(inode.is_reg() || inode.is_dir())
-            {
-                return Err(bad(format!("handle {}: descriptor does not match", h.fh)));
-            }
-            fs.handles.insert_with(h.fh, h.inode, fd, h.flags);
-        }
-        if fds.iter().any(Option::is_some) {
-            return Err(bad("unused descriptors".into()));
-        }
-        if let Some(s) = state.session {
-            fs.session_flags.store(s.flags, Ordering::Relaxed);
-            fs.session_minor.store(s.minor, Ordering::Release);
-        }
-        Ok(fs)
     }
 }

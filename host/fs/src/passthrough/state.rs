@@ -1,6 +1,9 @@
 //! Serializable state of a [`PassthroughFs`](super::PassthroughFs), for live
 //! upgrade.
 //!
+//! The FUSE session is not part of it: the server saves that
+//! ([`Server::session`](crate::Server::session)).
+//!
 //! Only plain data lives here; descriptors travel beside it (over SCM_RIGHTS)
 //! and are referred to by index. Everything read back is untrusted:
 //! [`PassthroughFs::restore`](super::PassthroughFs::restore) checks every field
@@ -9,18 +12,6 @@
 use std::os::fd::RawFd;
 
 use serde::{Deserialize, Serialize};
-
-/// Version of [`FsState`] this build writes and reads.
-pub const STATE_VERSION: u32 = 1;
-
-/// The negotiated FUSE session (what INIT settled).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionState {
-    /// Protocol minor version in use.
-    pub minor: u32,
-    /// Negotiated INIT flags (`flags | flags2 << 32`).
-    pub flags: u64,
-}
 
 /// One inode (the root excluded; it is reopened from the configuration).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,14 +48,10 @@ pub struct HandleState {
 /// Everything needed to rebuild the tables, minus the descriptors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsState {
-    /// [`STATE_VERSION`].
-    pub version: u32,
     /// Host device of the root directory.
     pub root_dev: u64,
     /// Host inode number of the root directory.
     pub root_ino: u64,
-    /// The FUSE session, if INIT was done.
-    pub session: Option<SessionState>,
     /// Next node id to hand out.
     pub next_id: u64,
     /// Inodes, root excluded.

@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::abi::ROOT_ID;
+use crate::filesystem::ROOT_ID;
 
 /// Number of shards of each table.
 pub const SHARDS: usize = 16;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use xvfs_fs::abi::{self, opcode, Wire};
 use xvfs_fs::io::{SliceReader, VecWriter};
-use xvfs_fs::{Config, PassthroughFs, Server};
+use xvfs_fs::{Config, PassthroughFs, PassthroughServer as Server};
 
 /// A unique temporary directory, removed on drop.
 pub struct TestDir {

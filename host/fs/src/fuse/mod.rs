@@ -1,0 +1,11 @@
+//! The FUSE layer: wire format ([`abi`]), transport ends ([`io`]), the
+//! negotiated [`session`] and the [`server`] that parses requests, calls a
+//! [`FileSystem`](crate::filesystem::FileSystem) and encodes replies.
+
+pub mod abi;
+mod file_ops;
+pub mod io;
+mod ops;
+pub mod server;
+pub mod session;
+mod wire;

@@ -1,0 +1,321 @@
+//! The FUSE request dispatcher.
+//!
+//! [`Server::handle`] reads one request from a [`RequestReader`], checks it,
+//! runs it against a [`FileSystem`] and writes the reply to a
+//! [`ReplyWriter`]. Every request byte is untrusted:
+//!
+//! - the header's `len` must equal the bytes the transport holds, extensions
+//!   (`total_extlen`) must fit inside, and each body must be exactly its
+//!   structures plus its names — anything else gets `EINVAL`;
+//! - names must be NUL-terminated, non-empty, at most 255 bytes, without `/`,
+//!   and not `.` or `..` (LOOKUP accepts those two: `..` at the root is the
+//!   root);
+//! - a reply that does not fit the guest's buffer is replaced by an `EINVAL`
+//!   error before any side effect, or by nothing when not even an out header
+//!   fits;
+//! - FORGET, BATCH_FORGET and INTERRUPT never get a reply.
+//!
+//! The server owns the session: it negotiates INIT (protocol version, flags —
+//! the intersection of what the guest offers and what the file system's
+//! [`Capabilities`] allow —, `max_write`, `max_pages`), ends it on DESTROY,
+//! and saves and validates it for live upgrade ([`Server::session`],
+//! [`Server::restore_session`]).
+//!
+//! Malformed requests are logged through a rate limiter. Nothing here panics on
+//! guest input.
+
+use super::abi::{self, init_flags, opcode, Wire};
+use super::file_ops;
+use super::io::{ReplyWriter, RequestReader};
+use super::ops;
+use super::session::{Session, SessionError, SessionState};
+use super::wire::{need, reply_error, reply_ok, Body, Error, OpResult, Req};
+use crate::filesystem::{Capabilities, FileSystem};
+
+pub use super::file_ops::MAX_WRITE;
+pub use super::wire::{NAME_MAX, PATH_MAX};
+
+/// `max_pages` announced in INIT.
+pub const MAX_PAGES: u16 = 256;
+/// Largest request body other than WRITE data (xattr values are at most 64 KiB).
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// INIT flags this server knows how to speak (the file system's
+/// [`Capabilities::init_flags`] are masked with these).
+pub const SERVER_INIT_FLAGS: u64 = {
+    use init_flags::*;
+    ASYNC_READ
+        | ATOMIC_O_TRUNC
+        | EXPORT_SUPPORT
+        | BIG_WRITES
+        | PARALLEL_DIROPS
+        | MAX_PAGES
+        | INIT_EXT
+        | DO_READDIRPLUS
+        | READDIRPLUS_AUTO
+        | WRITEBACK_CACHE
+        | SETXATTR_EXT
+        | DIRECT_IO_ALLOW_MMAP
+        | CACHE_SYMLINKS
+        | AUTO_INVAL_DATA
+};
+
+/// The FUSE server: `Send + Sync`, called concurrently by every queue worker.
+#[derive(Debug)]
+pub struct Server<F> {
+    fs: F,
+    caps: Capabilities,
+    session: Session,
+}
+
+impl<F: FileSystem> Server<F> {
+    /// A server for `fs`, with no session yet.
+    pub fn new(fs: F) -> Server<F> {
+        let mut caps = fs.capabilities();
+        caps.init_flags &= SERVER_INIT_FLAGS;
+        Server {
+            fs,
+            caps,
+            session: Session::default(),
+        }
+    }
+
+    /// The file system.
+    pub fn fs(&self) -> &F {
+        &self.fs
+    }
+
+    /// INIT flags this server and file system can negotiate.
+    pub fn supported_init_flags(&self) -> u64 {
+        self.caps.init_flags
+    }
+
+    /// The negotiated session, if INIT was done (save it for live upgrade).
+    pub fn session(&self) -> Option<SessionState> {
+        self.session.get()
+    }
+
+    /// Resumes a session saved by an earlier process. Refuses a minor version
+    /// this server does not speak and flags this configuration does not
+    /// support; on error nothing changes.
+    pub fn restore_session(&self, s: SessionState) -> Result<(), SessionError> {
+        s.validate(self.caps.init_flags)?;
+        self.session.start(s);
+        self.fs.resume(s.flags);
+        Ok(())
+    }
+
+    /// Handles one request; returns the number of reply bytes written (0: no
+    /// reply, as for FORGET).
+    pub fn handle(&self, r: &mut dyn RequestReader, w: &mut dyn ReplyWriter) -> usize {
+        let mut hb = [0u8; abi::InHeader::SIZE];
+        if r.read_exact(&mut hb).is_err() {
+            guest_warn!(
+                "FUSE request of {} bytes is shorter than its header",
+                r.remaining()
+            );
+            return reply_error(w, 0, libc::EINVAL);
+        }
+        let h = abi::InHeader::from_bytes(&hb).unwrap_or_default();
+        let no_reply = matches!(
+            h.opcode,
+            opcode::FORGET | opcode::BATCH_FORGET | opcode::INTERRUPT
+        );
+        match self.handle_checked(&h, r, w) {
+            Ok(n) => n,
+            Err(e) => {
+                if e.is_protocol() {
+                    guest_warn!(
+                        "bad FUSE request (opcode {}, unique {}): {}",
+                        h.opcode,
+                        h.unique,
+                        e
+                    );
+                } else {
+                    log::trace!("opcode {} unique {}: {}", h.opcode, h.unique, e);
+                }
+                if no_reply {
+                    0
+                } else {
+                    reply_error(w, h.unique, e.errno())
+                }
+            }
+        }
+    }
+
+    fn handle_checked(
+        &self,
+        h: &abi::InHeader,
+        r: &mut dyn RequestReader,
+        w: &mut dyn ReplyWriter,
+    ) -> OpResult {
+        let held = abi::InHeader::SIZE + r.remaining();
+        if h.len as usize != held {
+            guest_warn!(
+                "FUSE header length {} but {} bytes received (opcode {})",
+                h.len,
+                held,
+                h.opcode
+            );
+            return Err(Error::Errno(libc::EINVAL));
+        }
+        let ext = usize::from(h.total_extlen) * 8;
+        let body_len = r.remaining().checked_sub(ext).ok_or(Error::Truncated)?;
+        if h.opcode != opcode::INIT && self.session.get().is_none() {
+            return Err(Error::NotInitialized);
+        }
+        let q = Req {
+            fs: &self.fs,
+            caps: &self.caps,
+            session: &self.session,
+            h,
+        };
+        if h.opcode == opcode::WRITE {
+            return file_ops::write(&q, r, body_len, w);
+        }
+        if body_len > MAX_BODY {
+            return Err(Error::Errno(libc::E2BIG));
+        }
+        let mut body = vec![0u8; body_len];
+        r.read_exact(&mut body).map_err(|_| Error::Truncated)?;
+        if let Some(payload) = min_reply(h.opcode) {
+            need(w, payload)?;
+        }
+        self.dispatch(&q, Body { b: &body }, w)
+    }
+
+    /// The table: one function per opcode.
+    fn dispatch(&self, q: &Req<'_, F>, b: Body<'_>, w: &mut dyn ReplyWriter) -> OpResult {
+        match q.h.opcode {
+            opcode::INIT => self.init(q.h, b, w),
+            opcode::DESTROY => self.destroy(q.h, b, w),
+            opcode::LOOKUP => ops::lookup(q, b, w),
+            opcode::FORGET => ops::forget(q, b),
+            opcode::BATCH_FORGET => ops::batch_forget(q, b),
+            opcode::INTERRUPT => ops::interrupt(b),
+            opcode::GETATTR => ops::getattr(q, b, w),
+            opcode::SETATTR => ops::setattr(q, b, w),
+            opcode::READLINK => ops::readlink(q, b, w),
+            opcode::SYMLINK => ops::symlink(q, b, w),
+            opcode::MKNOD => ops::mknod(q, b, w),
+            opcode::MKDIR => ops::mkdir(q, b, w),
+            opcode::UNLINK => ops::unlink(q, b, w),
+            opcode::RMDIR => ops::rmdir(q, b, w),
+            opcode::RENAME | opcode::RENAME2 => ops::rename(q, b, w),
+            opcode::LINK => ops::link(q, b, w),
+            opcode::STATFS => ops::statfs(q, b, w),
+            opcode::ACCESS => ops::access(q, b, w),
+            opcode::SYNCFS => ops::syncfs(q, b, w),
+            opcode::SETXATTR => ops::setxattr(q, b, w),
+            opcode::GETXATTR => ops::getxattr(q, b, w),
+            opcode::LISTXATTR => ops::listxattr(q, b, w),
+            opcode::REMOVEXATTR => ops::removexattr(q, b, w),
+            opcode::OPEN => file_ops::open(q, b, w),
+            opcode::OPENDIR => file_ops::opendir(q, b, w),
+            opcode::CREATE => file_ops::create(q, b, w),
+            opcode::TMPFILE => file_ops::tmpfile(q, b, w),
+            opcode::READ => file_ops::read(q, b, w),
+            opcode::READDIR => file_ops::readdir(q, b, w, false),
+            opcode::READDIRPLUS => file_ops::readdir(q, b, w, true),
+            opcode::RELEASE => file_ops::release(q, b, w),
+            opcode::RELEASEDIR => file_ops::releasedir(q, b, w),
+            opcode::FLUSH => file_ops::flush(q, b, w),
+            opcode::FSYNC | opcode::FSYNCDIR => file_ops::fsync(q, b, w),
+            opcode::FALLOCATE => file_ops::fallocate(q, b, w),
+            opcode::LSEEK => file_ops::lseek(q, b, w),
+            opcode::COPY_FILE_RANGE => file_ops::copy_file_range(q, b, w),
+            // GETLK, SETLK, SETLKW, BMAP, IOCTL, POLL, NOTIFY_REPLY,
+            // SETUPMAPPING, REMOVEMAPPING, STATX and anything unknown.
+            _ => Err(Error::Errno(libc::ENOSYS)),
+        }
+    }
+
+    fn destroy(&self, h: &abi::InHeader, b: Body<'_>, w: &mut dyn ReplyWriter) -> OpResult {
+        b.end()?;
+        self.session.end();
+        self.fs.destroy();
+        reply_ok(w, h.unique, &[])
+    }
+
+    fn init(&self, h: &abi::InHeader, b: Body<'_>, w: &mut dyn ReplyWriter) -> OpResult {
+        use abi::*;
+        let i = parse_init(b)?;
+        if i.major != KERNEL_VERSION || i.minor < MIN_KERNEL_MINOR_VERSION {
+            log::warn!(
+                "guest speaks FUSE {}.{}; this server needs 7.{}..",
+                i.major,
+                i.minor,
+                MIN_KERNEL_MINOR_VERSION
+            );
+            return Err(Error::Errno(libc::EPROTO));
+        }
+        let mut kernel = u64::from(i.flags);
+        if kernel & init_flags::INIT_EXT != 0 {
+            kernel |= u64::from(i.flags2) << 32;
+        }
+        let flags = kernel & self.caps.init_flags;
+        let minor = i.minor.min(KERNEL_MINOR_VERSION);
+        let out = InitOut {
+            major: KERNEL_VERSION,
+            minor,
+            max_readahead: i.max_readahead,
+            flags: flags as u32,
+            max_background: 64,
+            congestion_threshold: 48,
+            max_write: MAX_WRITE,
+            time_gran: 1,
+            max_pages: if flags & init_flags::MAX_PAGES != 0 {
+                MAX_PAGES
+            } else {
+                0
+            },
+            map_alignment: 0,
+            flags2: (flags >> 32) as u32,
+            max_stack_depth: 0,
+            unused: [0; 6],
+        };
+        need(w, InitOut::SIZE)?;
+        // A new INIT forgets everything of an earlier session.
+        self.session.end();
+        self.fs.init(flags);
+        self.session.start(SessionState { minor, flags });
+        log::info!(
+            "FUSE session started: protocol 7.{minor}, flags {flags:#x} (guest offered {kernel:#x})"
+        );
+        reply_ok(w, h.unique, &[&out.to_bytes()])
+    }
+}
+
+/// The INIT body: at least the 16-byte compat structure, at most the full one.
+fn parse_init(b: Body<'_>) -> Result<abi::InitIn, Error> {
+    use abi::{InitIn, COMPAT_INIT_IN_SIZE};
+    if b.b.len() < COMPAT_INIT_IN_SIZE {
+        return Err(Error::Truncated);
+    }
+    if b.b.len() > InitIn::SIZE {
+        return Err(Error::Trailing(b.b.len() - InitIn::SIZE));
+    }
+    let mut raw = [0u8; InitIn::SIZE];
+    raw[..b.b.len()].copy_from_slice(b.b);
+    Ok(InitIn::from_bytes(&raw).unwrap_or_default())
+}
+
+/// Ops with side effects check their reply fits before acting.
+fn min_reply(op: u32) -> Option<usize> {
+    use abi::{AttrOut, EntryOut, InitOut, OpenOut};
+    match op {
+        opcode::LOOKUP | opcode::MKNOD | opcode::MKDIR | opcode::SYMLINK | opcode::LINK => {
+            Some(EntryOut::SIZE)
+        }
+        opcode::CREATE | opcode::TMPFILE => Some(EntryOut::SIZE + OpenOut::SIZE),
+        opcode::OPEN | opcode::OPENDIR => Some(OpenOut::SIZE),
+        opcode::GETATTR | opcode::SETATTR => Some(AttrOut::SIZE),
+        opcode::INIT => Some(InitOut::SIZE),
+        // No reply at all: these arrive without a writable descriptor (the
+        // guest's hiprio queue) and must still take effect.
+        opcode::FORGET | opcode::BATCH_FORGET | opcode::INTERRUPT => None,
+        _ => Some(0),
+    }
+}
+
+const _: () = assert!(crate::filesystem::ROOT_ID == abi::ROOT_ID);

@@ -1,0 +1,274 @@
+//! Request parsing and reply writing shared by every opcode: the error type of
+//! the FUSE layer, the body cursor, name checks and reply helpers.
+
+use std::ffi::CStr;
+use std::io;
+
+use super::abi::{self, Wire};
+use super::io::ReplyWriter;
+use super::session::Session;
+use crate::filesystem::{Capabilities, Context, Entry, FileSystem, Stat};
+
+/// Longest file name.
+pub const NAME_MAX: usize = 255;
+/// Longest symlink target, NUL excluded.
+pub const PATH_MAX: usize = 4095;
+
+/// Why a request failed (mapped to the errno of the reply).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// The body is shorter than its structures.
+    #[error("request body truncated")]
+    Truncated,
+    /// The body has bytes past its structures and names.
+    #[error("request body has {0} trailing bytes")]
+    Trailing(usize),
+    /// A name is malformed.
+    #[error("bad name")]
+    BadName(i32),
+    /// The reply does not fit the guest's buffer.
+    #[error("reply of {need} bytes does not fit in {room}")]
+    NoRoom { need: usize, room: usize },
+    /// A request arrived before INIT.
+    #[error("request before INIT")]
+    NotInitialized,
+    /// The operation failed on the host.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// A plain errno.
+    #[error("errno {0}")]
+    Errno(i32),
+}
+
+impl Error {
+    pub(crate) fn errno(&self) -> i32 {
+        match self {
+            Error::Truncated | Error::Trailing(_) | Error::NoRoom { .. } => libc::EINVAL,
+            Error::BadName(e) | Error::Errno(e) => *e,
+            Error::NotInitialized => libc::EIO,
+            Error::Io(e) => e
+                .raw_os_error()
+                .filter(|e| (1..4096).contains(e))
+                .unwrap_or(libc::EIO),
+        }
+    }
+
+    /// Whether the error says the guest sent something malformed (worth a
+    /// rate-limited log line) rather than an ordinary failure.
+    pub(crate) fn is_protocol(&self) -> bool {
+        matches!(
+            self,
+            Error::Truncated | Error::Trailing(_) | Error::NoRoom { .. } | Error::BadName(_)
+        )
+    }
+}
+
+/// Reply bytes written, or why the request failed.
+pub(crate) type OpResult = Result<usize, Error>;
+
+/// One request being served: the file system, what it can do, the session and
+/// the header.
+pub(crate) struct Req<'a, F> {
+    pub fs: &'a F,
+    pub caps: &'a Capabilities,
+    pub session: &'a Session,
+    pub h: &'a abi::InHeader,
+}
+
+impl<F: FileSystem> Req<'_, F> {
+    pub fn ctx(&self) -> Context {
+        Context {
+            uid: self.h.uid,
+            gid: self.h.gid,
+            pid: self.h.pid,
+        }
+    }
+
+    pub fn entry_out(&self, e: &Entry) -> abi::EntryOut {
+        let t = self.caps.timeout;
+        abi::EntryOut {
+            nodeid: e.inode,
+            generation: e.generation,
+            entry_valid: t.as_secs(),
+            attr_valid: t.as_secs(),
+            entry_valid_nsec: t.subsec_nanos(),
+            attr_valid_nsec: t.subsec_nanos(),
+            attr: attr(&e.attr),
+        }
+    }
+
+    pub fn attr_out(&self, st: &Stat) -> abi::AttrOut {
+        let t = self.caps.timeout;
+        abi::AttrOut {
+            attr_valid: t.as_secs(),
+            attr_valid_nsec: t.subsec_nanos(),
+            dummy: 0,
+            attr: attr(st),
+        }
+    }
+
+    /// Replies with an entry; forgets it if the reply cannot be sent.
+    pub fn reply_entry(&self, w: &mut dyn ReplyWriter, e: &Entry) -> OpResult {
+        let res = reply_ok(w, self.h.unique, &[&self.entry_out(e).to_bytes()]);
+        if res.is_err() {
+            // The guest will never learn of this lookup.
+            self.fs.forget(e.inode, 1);
+        }
+        res
+    }
+
+    /// An empty success reply.
+    pub fn reply_empty(&self, w: &mut dyn ReplyWriter) -> OpResult {
+        reply_ok(w, self.h.unique, &[])
+    }
+}
+
+/// A cursor over a request body.
+pub(crate) struct Body<'a> {
+    pub b: &'a [u8],
+}
+
+impl<'a> Body<'a> {
+    pub fn take<T: Wire>(&mut self) -> Result<T, Error> {
+        let v = T::from_bytes(self.b).ok_or(Error::Truncated)?;
+        self.b = &self.b[T::SIZE..];
+        Ok(v)
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        let (head, tail) = self.b.split_at_checked(n).ok_or(Error::Truncated)?;
+        self.b = tail;
+        Ok(head)
+    }
+
+    /// A NUL-terminated string.
+    pub fn cstr(&mut self) -> Result<&'a CStr, Error> {
+        let nul = self
+            .b
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or(Error::BadName(libc::EINVAL))?;
+        let (s, tail) = self.b.split_at(nul + 1);
+        self.b = tail;
+        CStr::from_bytes_with_nul(s).map_err(|_| Error::BadName(libc::EINVAL))
+    }
+
+    /// A single path component.
+    pub fn name(&mut self) -> Result<&'a CStr, Error> {
+        let n = self.cstr()?;
+        check_name(n, false)?;
+        Ok(n)
+    }
+
+    /// Takes one structure and checks nothing follows it.
+    pub fn only<T: Wire>(&mut self) -> Result<T, Error> {
+        let v = self.take()?;
+        self.end()?;
+        Ok(v)
+    }
+
+    pub fn end(&self) -> Result<(), Error> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Trailing(self.b.len()))
+        }
+    }
+}
+
+pub(crate) fn check_name(n: &CStr, allow_dots: bool) -> Result<(), Error> {
+    let b = n.to_bytes();
+    if b.is_empty() || b.contains(&b'/') {
+        return Err(Error::BadName(libc::EINVAL));
+    }
+    if b.len() > NAME_MAX {
+        return Err(Error::BadName(libc::ENAMETOOLONG));
+    }
+    if !allow_dots && (b == b"." || b == b"..") {
+        return Err(Error::BadName(libc::EINVAL));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_xattr_name(n: &CStr) -> Result<(), Error> {
+    let len = n.to_bytes().len();
+    if len == 0 {
+        return Err(Error::BadName(libc::EINVAL));
+    }
+    if len > NAME_MAX {
+        return Err(Error::BadName(libc::ERANGE));
+    }
+    Ok(())
+}
+
+/// Linux `new_encode_dev()`, the device number format of `fuse_attr.rdev`.
+fn encode_dev(dev: u64) -> u32 {
+    let (major, minor) = crate::sys::major_minor(dev);
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+fn attr(st: &Stat) -> abi::Attr {
+    abi::Attr {
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: st.st_atime as u64,
+        mtime: st.st_mtime as u64,
+        ctime: st.st_ctime as u64,
+        atimensec: st.st_atime_nsec as u32,
+        mtimensec: st.st_mtime_nsec as u32,
+        ctimensec: st.st_ctime_nsec as u32,
+        mode: st.st_mode,
+        nlink: u32::try_from(st.st_nlink).unwrap_or(u32::MAX),
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: encode_dev(st.st_rdev),
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+/// Writes an error reply; 0 when not even the header fits.
+pub(crate) fn reply_error(w: &mut dyn ReplyWriter, unique: u64, errno: i32) -> usize {
+    let h = abi::OutHeader {
+        len: abi::OutHeader::SIZE as u32,
+        error: -errno,
+        unique,
+    };
+    match w.write_all(&h.to_bytes()) {
+        Ok(()) => abi::OutHeader::SIZE,
+        Err(_) => 0,
+    }
+}
+
+/// Checks a reply with `payload` bytes after its header fits.
+pub(crate) fn need(w: &dyn ReplyWriter, payload: usize) -> Result<(), Error> {
+    let need = abi::OutHeader::SIZE + payload;
+    if w.remaining() < need {
+        Err(Error::NoRoom {
+            need,
+            room: w.remaining(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Writes a success reply made of `parts`.
+pub(crate) fn reply_ok(w: &mut dyn ReplyWriter, unique: u64, parts: &[&[u8]]) -> OpResult {
+    let payload: usize = parts.iter().map(|p| p.len()).sum();
+    need(w, payload)?;
+    let len = abi::OutHeader::SIZE + payload;
+    let mut out = Vec::with_capacity(len);
+    abi::OutHeader {
+        len: len as u32,
+        error: 0,
+        unique,
+    }
+    .encode_into(&mut out);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+    w.write_all(&out)?;
+    Ok(len)
+}

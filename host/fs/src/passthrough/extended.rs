@@ -1,0 +1,144 @@
+//! The extended operations of [`PassthroughFs`]: extended attributes, range
+//! operations on open files (fallocate, lseek, copy_file_range) and syncfs.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use super::table::lock;
+use super::{err, PassthroughFs, XattrReply};
+use crate::sys;
+
+/// Largest xattr value or list handled (Linux XATTR_SIZE_MAX / XATTR_LIST_MAX).
+const XATTR_MAX: usize = 65536;
+/// Largest amount COPY_FILE_RANGE copies in one request (the reply is 32-bit).
+const COPY_MAX: u64 = 1 << 30;
+
+impl PassthroughFs {
+    fn xattr_fd(&self, id: u64) -> io::Result<OwnedFd> {
+        let inode = self.inode(id)?;
+        let flags = if inode.is_dir() {
+            libc::O_RDONLY | libc::O_DIRECTORY
+        } else if inode.is_reg() {
+            libc::O_RDONLY | libc::O_NONBLOCK
+        } else {
+            return Err(err(libc::EOPNOTSUPP));
+        };
+        self.reopen(&inode, flags)
+    }
+
+    pub(crate) fn getxattr(&self, id: u64, name: &CStr, size: u32) -> io::Result<XattrReply> {
+        let fd = self.xattr_fd(id)?;
+        if size == 0 {
+            let n = sys::fgetxattr(fd.as_fd(), name, &mut [])?;
+            return Ok(XattrReply::Size(n as u32));
+        }
+        let mut buf = vec![0u8; (size as usize).min(XATTR_MAX)];
+        let n = sys::fgetxattr(fd.as_fd(), name, &mut buf)?;
+        buf.truncate(n);
+        Ok(XattrReply::Value(buf))
+    }
+
+    pub(crate) fn listxattr(&self, id: u64, size: u32) -> io::Result<XattrReply> {
+        let fd = match self.xattr_fd(id) {
+            Ok(fd) => fd,
+            // Symlinks and special files: report no attributes.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                return Ok(if size == 0 {
+                    XattrReply::Size(0)
+                } else {
+                    XattrReply::Value(Vec::new())
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        if size == 0 {
+            let n = sys::flistxattr(fd.as_fd(), &mut [])?;
+            return Ok(XattrReply::Size(n as u32));
+        }
+        let mut buf = vec![0u8; (size as usize).min(XATTR_MAX)];
+        let n = sys::flistxattr(fd.as_fd(), &mut buf)?;
+        buf.truncate(n);
+        Ok(XattrReply::Value(buf))
+    }
+
+    pub(crate) fn setxattr(
+        &self,
+        id: u64,
+        name: &CStr,
+        value: &[u8],
+        flags: u32,
+    ) -> io::Result<()> {
+        self.writable()?;
+        let flags = flags as i32;
+        if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let fd = self.xattr_fd(id)?;
+        sys::fsetxattr(fd.as_fd(), name, value, flags)
+    }
+
+    pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {
+        self.writable()?;
+        let fd = self.xattr_fd(id)?;
+        sys::fremovexattr(fd.as_fd(), name)
+    }
+
+    pub(crate) fn fallocate(&self, fh: u64, mode: u32, offset: u64, len: u64) -> io::Result<()> {
+        self.writable()?;
+        sys::fallocate(self.handle(fh)?.fd(), mode as i32, offset, len)
+    }
+
+    pub(crate) fn lseek(&self, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
+        let whence = whence as i32;
+        if ![
+            libc::SEEK_SET,
+            libc::SEEK_END,
+            libc::SEEK_DATA,
+            libc::SEEK_HOLE,
+        ]
+        .contains(&whence)
+        {
+            return Err(err(libc::EINVAL));
+        }
+        let h = self.handle(fh)?;
+        let _g = lock(&h.dir_lock);
+        sys::lseek(h.fd(), offset as i64, whence)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn copy_file_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> io::Result<usize> {
+        self.writable()?;
+        if flags != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let hi = self.handle(fh_in)?;
+        let ho = self.handle(fh_out)?;
+        sys::copy_file_range(
+            hi.fd(),
+            off_in,
+            ho.fd(),
+            off_out,
+            len.min(COPY_MAX) as usize,
+        )
+    }
+
+    pub(crate) fn syncfs(&self, id: u64) -> io::Result<()> {
+        let inode = self.inode(id)?;
+        let inode = if inode.is_reg() || inode.is_dir() {
+            inode
+        } else {
+            self.inodes.root().clone()
+        };
+        let fd = self.reopen(&inode, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        sys::syncfs(fd.as_fd())
+    }
+}

@@ -1,0 +1,167 @@
+//! Live upgrade of a [`PassthroughFs`]: export the tables with their
+//! descriptors ([`PassthroughFs::snapshot`]) and rebuild them in the next
+//! process ([`PassthroughFs::restore`]), checking everything received.
+
+use std::collections::HashSet;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use super::state::{FsSnapshot, FsState, HandleState, InodeState};
+use super::table::RestoredInode;
+use super::{Config, Error, PassthroughFs};
+use crate::filesystem::ROOT_ID;
+use crate::sys;
+
+fn bad(m: String) -> Error {
+    Error::InvalidState(m)
+}
+
+/// The received descriptors; each may be taken once.
+struct Fds(Vec<Option<OwnedFd>>);
+
+impl Fds {
+    fn take(&mut self, i: u32) -> Result<OwnedFd, Error> {
+        self.0
+            .get_mut(i as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| bad(format!("descriptor index {i} missing or used twice")))
+    }
+}
+
+impl PassthroughFs {
+    /// Exports the tables. Stop all request processing first; the descriptors
+    /// in the result are borrowed from `self`.
+    pub fn snapshot(&self) -> FsSnapshot {
+        let mut fds = Vec::new();
+        let mut push = |fd: std::os::fd::BorrowedFd<'_>| {
+            fds.push(fd.as_raw_fd());
+            (fds.len() - 1) as u32
+        };
+        let inodes = self
+            .inodes
+            .all()
+            .iter()
+            .map(|i| InodeState {
+                id: i.id,
+                dev: i.key.0,
+                ino: i.key.1,
+                refs: i.refs(),
+                generation: i.generation,
+                file_type: i.file_type,
+                fd_index: push(i.fd()),
+            })
+            .collect();
+        let handles = self
+            .handles
+            .all()
+            .iter()
+            .map(|h| HandleState {
+                fh: h.fh,
+                inode: h.inode,
+                flags: h.flags,
+                fd_index: push(h.fd()),
+            })
+            .collect();
+        let root = self.inodes.root();
+        FsSnapshot {
+            state: FsState {
+                root_dev: root.key.0,
+                root_ino: root.key.1,
+                next_id: self.inodes.next_id(),
+                inodes,
+                handles,
+            },
+            fds,
+        }
+    }
+
+    /// Rebuilds a file system from a snapshot taken by an earlier process.
+    /// `state` and `fds` are untrusted: every entry is checked against its
+    /// descriptor, and every descriptor must be used exactly once. The FUSE
+    /// session is restored by the server, not here.
+    pub fn restore(cfg: Config, state: &FsState, fds: Vec<OwnedFd>) -> Result<Self, Error> {
+        let fs = Self::new(cfg)?;
+        if (state.root_dev, state.root_ino) != fs.inodes.root().key {
+            return Err(bad("the shared directory is not the saved one".into()));
+        }
+        if state.next_id >= 1 << 62 {
+            return Err(bad("node id counter out of range".into()));
+        }
+        fs.inodes.bump_next_id(state.next_id);
+        let mut fds = Fds(fds.into_iter().map(Some).collect());
+        fs.restore_inodes(&state.inodes, &mut fds)?;
+        fs.restore_handles(&state.handles, &mut fds)?;
+        if fds.0.iter().any(Option::is_some) {
+            return Err(bad("unused descriptors".into()));
+        }
+        Ok(fs)
+    }
+
+    fn restore_inodes(&self, inodes: &[InodeState], fds: &mut Fds) -> Result<(), Error> {
+        let mut ids = HashSet::new();
+        let mut keys = HashSet::new();
+        keys.insert(self.inodes.root().key);
+        let types = [
+            libc::S_IFREG,
+            libc::S_IFDIR,
+            libc::S_IFLNK,
+            libc::S_IFCHR,
+            libc::S_IFBLK,
+            libc::S_IFIFO,
+            libc::S_IFSOCK,
+        ];
+        for i in inodes {
+            if i.id <= ROOT_ID || i.id >= 1 << 62 || !ids.insert(i.id) {
+                return Err(bad(format!("bad or duplicate node id {}", i.id)));
+            }
+            if i.refs == 0 || !types.contains(&i.file_type) {
+                return Err(bad(format!("node {}: bad count or type", i.id)));
+            }
+            if !keys.insert((i.dev, i.ino)) {
+                return Err(bad(format!("node {}: file saved twice", i.id)));
+            }
+            let fd = fds.take(i.fd_index)?;
+            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
+            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
+            if fl & libc::O_PATH == 0
+                || (st.st_dev, st.st_ino) != (i.dev, i.ino)
+                || st.st_mode & libc::S_IFMT != i.file_type
+            {
+                return Err(bad(format!("node {}: descriptor does not match", i.id)));
+            }
+            self.inodes.insert_restored(RestoredInode {
+                id: i.id,
+                fd,
+                key: (i.dev, i.ino),
+                file_type: i.file_type,
+                generation: i.generation,
+                refs: i.refs,
+            });
+        }
+        Ok(())
+    }
+
+    fn restore_handles(&self, handles: &[HandleState], fds: &mut Fds) -> Result<(), Error> {
+        let mut fhs = HashSet::new();
+        for h in handles {
+            if h.fh == 0 || h.fh >= 1 << 62 || !fhs.insert(h.fh) {
+                return Err(bad(format!("bad or duplicate handle {}", h.fh)));
+            }
+            let inode = self
+                .inodes
+                .get(h.inode)
+                .ok_or_else(|| bad(format!("handle {}: unknown node {}", h.fh, h.inode)))?;
+            let fd = fds.take(h.fd_index)?;
+            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
+            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
+            if fl & libc::O_PATH != 0
+                || fl & libc::O_ACCMODE != h.flags & libc::O_ACCMODE
+                || (st.st_dev, st.st_ino) != inode.key
+                || !(inode.is_reg() || inode.is_dir())
+            {
+                return Err(bad(format!("handle {}: descriptor does not match", h.fh)));
+            }
+            self.handles.insert_with(h.fh, h.inode, fd, h.flags);
+        }
+        Ok(())
+    }
+}
