@@ -12,7 +12,6 @@ pub mod engine;
 pub mod error;
 pub mod fileset;
 pub mod flowop;
-pub mod json;
 pub mod lexer;
 pub mod parser;
 pub mod result;

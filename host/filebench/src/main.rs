@@ -130,14 +130,14 @@ fn write_json(cli: &Cli, engine: &Engine, error: Option<&str>) -> Result<(), Err
     let Some(path) = &cli.json else {
         return Ok(());
     };
-    let doc = result::document(
-        &cli.file.display().to_string(),
-        &engine.vars.all(),
-        cli.seed,
-        &engine.runs,
-        error,
-    );
-    std::fs::write(path, doc.render()).map_err(|e| Error::Write {
+    let workload = cli.file.display().to_string();
+    let vars = engine.vars.all();
+    let doc = result::document(&workload, &vars, cli.seed, &engine.runs, error);
+    let text = doc.render().map_err(|e| Error::Write {
+        path: path.display().to_string(),
+        source: e.into(),
+    })?;
+    std::fs::write(path, text).map_err(|e| Error::Write {
         path: path.display().to_string(),
         source: e,
     })
