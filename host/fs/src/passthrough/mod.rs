@@ -8,7 +8,8 @@
 //!   only ever resolved as a single component, relative to its parent's
 //!   descriptor (`*at()` calls), so there is no path walk to redirect;
 //! - names with `/` or NUL, empty names, `.` and `..` are refused by the
-//!   FUSE [`server`](crate::server) (LOOKUP of `..` at the root gives the root);
+//!   FUSE layer before a request reaches this file system (LOOKUP of `..` at
+//!   the root gives the root);
 //! - symlinks are never followed: lookups use `O_NOFOLLOW`, attributes are read
 //!   with `AT_SYMLINK_NOFOLLOW`, and only regular files and directories are ever
 //!   re-opened through `/proc/self/fd` (re-opening a symlink's `O_PATH`
