@@ -18,10 +18,11 @@ use crate::crc32::crc32;
 
 pub const MAGIC: &[u8; 8] = b"XVFSSTAT";
 /// The format this build writes and reads: one number for the whole blob
-/// (2: settings are named enums, no longer numeric codes).
-pub const FORMAT_VERSION: u32 = 2;
+/// (2: settings are named enums, no longer numeric codes; 3: the polling
+/// CPU budget).
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format this build reads.
-pub const MIN_FORMAT_VERSION: u32 = 2;
+pub const MIN_FORMAT_VERSION: u32 = 3;
 pub const HEADER_LEN: usize = 20;
 /// Upper bound on a payload (64 MiB: millions of inodes).
 pub const MAX_PAYLOAD: usize = 64 << 20;

@@ -30,6 +30,8 @@ pub struct ConfigState {
     pub queues: u16,
     pub poll_mode: PollMode,
     pub poll_us: u64,
+    /// `--poll-cpu-max`: percent of a CPU a worker may spend polling.
+    pub poll_cpu_max: u8,
     pub queue_cpus: Vec<u32>,
     pub metrics_file: Option<String>,
     pub log_level: LogLevel,
@@ -225,6 +227,7 @@ mod tests {
                 queues: 1,
                 poll_mode: PollMode::Adaptive,
                 poll_us: 50,
+                poll_cpu_max: 100,
                 queue_cpus: Vec::new(),
                 metrics_file: None,
                 log_level: LogLevel::Info,

@@ -50,7 +50,11 @@ POLLING:
     microseconds) on every request of a busy queue, but each polling microsecond
     is a host CPU taken from the guest: on a host with 2 CPUs or fewer the
     default window is 0, and --poll adaptive stops polling while requests arrive
-    more slowly than the window plus the measured wake-up cost.
+    more slowly than the window plus the measured wake-up cost (the gap beyond
+    which a poll would spin through the whole window and still sleep).
+    --poll-cpu-max bounds the spinning itself: with --poll-cpu-max 20 a worker
+    polls at most 20 % of the time, whatever the traffic, and sleeps on the
+    kick eventfd once its credit is spent.
 
 CACHE MODES:
     never     no caching in the guest: every access goes to the host (direct I/O)
@@ -154,6 +158,14 @@ pub struct Opt {
     /// 2 CPUs, whose polling would take time from the guest's vCPUs; 50 otherwise.
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(0..=100_000))]
     pub poll_us: Option<u64>,
+
+    /// CPU budget of polling: each queue worker spends at most PERCENT of a
+    /// CPU's time spinning (credit earned with wall-clock time, at most
+    /// PERCENT of 100 ms banked); 100 leaves only the window and the adaptive
+    /// rule (see POLLING).
+    #[arg(long, value_name = "PERCENT", default_value_t = 100,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub poll_cpu_max: u8,
 
     /// Pin request-queue workers to these host CPUs (queue i on the
     /// ((i-1) mod n)-th CPU of the list), e.g. `--queue-cpus 2,3`.

@@ -388,6 +388,7 @@ fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         poll_us: opt
             .poll_us
             .unwrap_or(if sys::online_cpus() <= 2 { 0 } else { 50 }),
+        poll_cpu_max: opt.poll_cpu_max,
         queue_cpus: opt.queue_cpus.iter().map(|&c| c as u32).collect(),
         metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
         log_level: opt.log_level,
@@ -429,6 +430,7 @@ fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfig {
             mode,
             window: Duration::from_micros(c.poll_us),
             wake_cost,
+            cpu_max: c.poll_cpu_max,
         },
         queue_cpus: c.queue_cpus.iter().map(|&c| c as usize).collect(),
     }

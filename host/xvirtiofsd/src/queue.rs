@@ -21,6 +21,11 @@
 //! eventfd. `--poll adaptive` polls only while the observed gap between
 //! requests is shorter than the poll window plus the measured cost of a
 //! wake-up: beyond that, polling burns CPU for nothing.
+//!
+//! `--poll-cpu-max P` bounds what polling may cost: each worker earns P % of
+//! the wall-clock time as polling credit (at most P % of [`BUDGET_PERIOD`]
+//! banked) and never polls longer than its credit, so its spinning stays
+//! within P % of a CPU whatever the traffic.
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -92,6 +97,9 @@ pub struct PollConfig {
     pub window: Duration,
     /// Measured cost of sleeping on an eventfd and being woken.
     pub wake_cost: Duration,
+    /// Most CPU a worker may spend polling, in percent of wall-clock time
+    /// (1-100; 100: no budget beyond the window).
+    pub cpu_max: u8,
 }
 
 impl PollConfig {
@@ -99,8 +107,13 @@ impl PollConfig {
         mode: PollMode::Never,
         window: Duration::ZERO,
         wake_cost: Duration::ZERO,
+        cpu_max: 100,
     };
 }
+
+/// The period over which `--poll-cpu-max` is enforced: a worker banks at
+/// most its share of this much polling credit.
+pub const BUDGET_PERIOD: Duration = Duration::from_millis(100);
 
 /// Per-worker settings.
 #[derive(Debug, Clone, Copy)]
@@ -110,11 +123,14 @@ pub struct WorkerOptions {
     pub cpu: Option<usize>,
 }
 
-/// The adaptive decision: an exponentially weighted mean of the idle gaps.
+/// The adaptive decision (an exponentially weighted mean of the idle gaps)
+/// and the CPU budget (polling credit earned with wall-clock time).
 #[derive(Debug)]
 struct PollPolicy {
     cfg: PollConfig,
     gap_ewma_ns: u64,
+    credit_ns: u64,
+    credited_at: Instant,
 }
 
 impl PollPolicy {
@@ -122,7 +138,38 @@ impl PollPolicy {
         PollPolicy {
             cfg,
             gap_ewma_ns: 0,
+            credit_ns: Self::credit_cap(cfg),
+            credited_at: Instant::now(),
         }
+    }
+
+    fn credit_cap(cfg: PollConfig) -> u64 {
+        BUDGET_PERIOD.as_nanos() as u64 * u64::from(cfg.cpu_max.min(100)) / 100
+    }
+
+    /// How long to poll now: zero when polling does not pay or the budget
+    /// is spent, else the window, cut to the credit left.
+    fn window_at(&mut self, now: Instant) -> Duration {
+        if !self.should_poll() {
+            return Duration::ZERO;
+        }
+        if self.cfg.cpu_max >= 100 {
+            return self.cfg.window;
+        }
+        let earned = now.saturating_duration_since(self.credited_at).as_nanos() as u64
+            * u64::from(self.cfg.cpu_max)
+            / 100;
+        self.credited_at = now;
+        self.credit_ns = self
+            .credit_ns
+            .saturating_add(earned)
+            .min(Self::credit_cap(self.cfg));
+        self.cfg.window.min(Duration::from_nanos(self.credit_ns))
+    }
+
+    /// Charges time spent polling against the budget.
+    fn spend(&mut self, polled: Duration) {
+        self.credit_ns = self.credit_ns.saturating_sub(polled.as_nanos() as u64);
     }
 
     fn threshold_ns(&self) -> u64 {
@@ -374,11 +421,12 @@ impl WorkerCtx {
             }
 
             // Busy-poll with notifications still suppressed.
-            let polling = self.policy.should_poll();
+            let window = self.policy.window_at(Instant::now());
+            let polling = !window.is_zero();
             self.stats
                 .polling
                 .store(u64::from(polling), Ordering::Relaxed);
-            if polling && self.poll_ring(mem)? {
+            if polling && self.poll_ring(mem, window)? {
                 self.stats.found_by_poll.fetch_add(1, Ordering::Relaxed);
                 self.policy.observe_gap(idle_since.elapsed());
                 continue;
@@ -409,10 +457,9 @@ impl WorkerCtx {
         }
     }
 
-    /// Polls the avail index for up to the window. True when work arrived.
-    fn poll_ring(&mut self, mem: &GuestMemoryMmap) -> Result<bool, RingFault> {
+    /// Polls the avail index for up to `window`. True when work arrived.
+    fn poll_ring(&mut self, mem: &GuestMemoryMmap, window: Duration) -> Result<bool, RingFault> {
         let start = Instant::now();
-        let window = self.policy.cfg.window;
         let mut found = false;
         loop {
             let avail = self.queue.avail_idx(mem, Ordering::Acquire)?;
@@ -425,9 +472,11 @@ impl WorkerCtx {
             }
             std::hint::spin_loop();
         }
+        let polled = start.elapsed();
+        self.policy.spend(polled);
         self.stats
             .poll_ns
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(polled.as_nanos() as u64, Ordering::Relaxed);
         Ok(found)
     }
 
@@ -508,7 +557,50 @@ mod tests {
             mode,
             window: Duration::from_micros(50),
             wake_cost: Duration::from_micros(10),
+            cpu_max: 100,
         }
+    }
+
+    #[test]
+    fn the_cpu_budget_bounds_polling_to_its_share_of_wall_time() {
+        let mut p = PollPolicy::new(PollConfig {
+            cpu_max: 10,
+            ..cfg(PollMode::Always)
+        });
+        let t0 = p.credited_at;
+        // Poll back to back for one simulated second, each poll using all
+        // it is given, with 1 µs of serving between polls.
+        let (mut now, mut polled) = (t0, Duration::ZERO);
+        while now < t0 + Duration::from_secs(1) {
+            let w = p.window_at(now);
+            p.spend(w);
+            polled += w;
+            now += w + Duration::from_micros(1);
+        }
+        // 10 % of 1 s earned, plus the 10 ms banked at the start.
+        let most = Duration::from_millis(100) + BUDGET_PERIOD / 10;
+        assert!(polled <= most, "polled {polled:?} > {most:?}");
+        assert!(polled >= Duration::from_millis(90), "polled {polled:?}");
+        // Idle for a second: the credit is capped, not a second's worth.
+        let w = p.window_at(now + Duration::from_secs(1));
+        assert_eq!(
+            w,
+            Duration::from_micros(50),
+            "the window still caps one poll"
+        );
+        assert_eq!(p.credit_ns, BUDGET_PERIOD.as_nanos() as u64 / 10);
+    }
+
+    #[test]
+    fn without_a_budget_the_window_is_given_whole() {
+        let mut p = PollPolicy::new(cfg(PollMode::Always));
+        for _ in 0..10_000 {
+            let w = p.window_at(Instant::now());
+            assert_eq!(w, Duration::from_micros(50));
+            p.spend(w);
+        }
+        let mut never = PollPolicy::new(cfg(PollMode::Never));
+        assert_eq!(never.window_at(Instant::now()), Duration::ZERO);
     }
 
     #[test]

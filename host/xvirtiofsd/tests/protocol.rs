@@ -233,6 +233,7 @@ fn no_request_is_lost_when_it_lands_as_polling_stops() {
             mode: PollMode::Always,
             window,
             wake_cost: Duration::from_micros(10),
+            cpu_max: 100,
         },
         ..DeviceConfig::new(2)
     };

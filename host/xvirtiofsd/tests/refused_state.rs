@@ -38,6 +38,7 @@ fn config(dir: &Path) -> ConfigState {
         queues: 1,
         poll_mode: PollMode::Never,
         poll_us: 0,
+        poll_cpu_max: 100,
         queue_cpus: Vec::new(),
         metrics_file: None,
         log_level: LogLevel::Info,
