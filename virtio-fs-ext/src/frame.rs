@@ -19,7 +19,7 @@ use crate::crc32::crc32;
 pub const MAGIC: &[u8; 8] = b"XVFSSTAT";
 /// The format this build writes and reads: one number for the whole blob
 /// (2: settings are named enums, no longer numeric codes; 3: the polling
-/// CPU budget).
+/// CPU budget, --syslog, --preserve-noatime).
 pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format this build reads.
 pub const MIN_FORMAT_VERSION: u32 = 3;

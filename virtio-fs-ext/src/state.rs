@@ -32,6 +32,10 @@ pub struct ConfigState {
     pub poll_us: u64,
     /// `--poll-cpu-max`: percent of a CPU a worker may spend polling.
     pub poll_cpu_max: u8,
+    /// `--syslog`: log to the system logger.
+    pub syslog: bool,
+    /// `--preserve-noatime`: keep O_NOATIME on the guest's opens.
+    pub preserve_noatime: bool,
     pub queue_cpus: Vec<u32>,
     pub metrics_file: Option<String>,
     pub log_level: LogLevel,
@@ -228,6 +232,8 @@ mod tests {
                 poll_mode: PollMode::Adaptive,
                 poll_us: 50,
                 poll_cpu_max: 100,
+                syslog: false,
+                preserve_noatime: false,
                 queue_cpus: Vec::new(),
                 metrics_file: None,
                 log_level: LogLevel::Info,

@@ -44,6 +44,7 @@ fn server() -> &'static PassthroughServer {
             readonly: true,
             writeback: false,
             allow_direct_io: false,
+            preserve_noatime: false,
             readdirplus: true,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))

@@ -191,8 +191,8 @@ pub struct Opt {
     #[arg(long, value_name = "PATH", hide = true)]
     pub handover_from: Option<PathBuf>,
 
-    /// Accepted for virtiofsd compatibility; requests are served by one worker per
-    /// queue, so this has no effect.
+    /// No effect: requests are served by one worker thread per request queue
+    /// (see --queues), which takes the place of virtiofsd's thread pool.
     #[arg(long, value_name = "N")]
     pub thread_pool_size: Option<usize>,
 
@@ -204,7 +204,8 @@ pub struct Opt {
     #[arg(long, value_enum, value_name = "LEVEL", default_value = "info")]
     pub log_level: LogLevel,
 
-    /// Log to syslog instead of standard error (accepted; logs go to standard error).
+    /// Log to syslog (facility daemon, through /dev/log, connected before the
+    /// sandbox) instead of standard error.
     #[arg(long)]
     pub syslog: bool,
 
@@ -212,49 +213,92 @@ pub struct Opt {
     #[arg(long)]
     pub print_capabilities: bool,
 
-    /// Device tag (accepted for compatibility; QEMU sets the tag with `tag=`).
-    #[arg(long, value_name = "TAG")]
+    /// Not supported: advertising the tag in the device configuration
+    /// (VHOST_USER_PROTOCOL_F_CONFIG) is not implemented; QEMU sets it with `tag=`.
+    #[arg(long, value_name = "TAG", hide = true)]
     pub tag: Option<String>,
 
-    /// Accepted for compatibility: inodes are always held as O_PATH descriptors.
+    /// Only `never`: inodes are held as O_PATH descriptors; `prefer` and
+    /// `mandatory` (file handles) are refused.
     #[arg(long, value_enum, value_name = "MODE")]
     pub inode_file_handles: Option<InodeFileHandles>,
 
-    /// Accepted for compatibility (submounts are reported with their own st_dev).
-    #[arg(long)]
+    /// Not supported (FUSE_ATTR_SUBMOUNT is not sent): refused.
+    #[arg(long, hide = true)]
     pub announce_submounts: bool,
 
-    /// Accepted for compatibility.
+    /// Do not announce submounts (the default).
     #[arg(long)]
     pub no_announce_submounts: bool,
 
-    /// Accepted for compatibility (FUSE_HANDLE_KILLPRIV_V2 is not negotiated).
-    #[arg(long)]
+    /// Not supported (FUSE_HANDLE_KILLPRIV_V2 is not negotiated): refused.
+    #[arg(long, hide = true)]
     pub killpriv_v2: bool,
 
-    /// Accepted for compatibility.
+    /// Do not negotiate FUSE_HANDLE_KILLPRIV_V2 (the default): the guest
+    /// kernel clears setuid/setgid itself.
     #[arg(long)]
     pub no_killpriv_v2: bool,
 
-    /// Accepted for compatibility.
-    #[arg(long)]
+    /// Not supported (FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated): refused.
+    #[arg(long, hide = true)]
     pub allow_mmap: bool,
 
-    /// Accepted for compatibility.
+    /// Keep O_NOATIME on the guest's opens. By default it is cleared, as
+    /// virtiofsd does, because O_NOATIME on a file the daemon does not own
+    /// fails with EPERM when the daemon runs unprivileged.
     #[arg(long)]
     pub preserve_noatime: bool,
 
-    /// POSIX ACLs: only `never` is supported.
+    /// POSIX ACLs: only `never` is supported; other modes are refused.
     #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "always")]
     pub posix_acl: Option<String>,
 
-    /// Accepted for compatibility (capabilities are not changed).
-    #[arg(long, value_name = "CAPS")]
+    /// Security labels (FUSE_SECURITY_CTX): only `never` is supported; other
+    /// modes are refused.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "always")]
+    pub security_label: Option<String>,
+
+    /// Not supported (capabilities are not modified): refused.
+    #[arg(long, value_name = "CAPS", hide = true)]
     pub modcaps: Option<String>,
+
+    /// Not supported (extended attribute name mapping): refused rather than
+    /// serving names unmapped.
+    #[arg(long, value_name = "MAP", hide = true)]
+    pub xattrmap: Option<String>,
+
+    /// Not supported (UID translation): refused.
+    #[arg(long, value_name = "MAP", hide = true)]
+    pub translate_uid: Option<String>,
+
+    /// Not supported (GID translation): refused.
+    #[arg(long, value_name = "MAP", hide = true)]
+    pub translate_gid: Option<String>,
+
+    /// Not supported (VM live migration of the device state): refused.
+    #[arg(long, value_name = "MODE", hide = true)]
+    pub migration_mode: Option<String>,
+
+    /// Not supported (VM live migration of the device state): refused.
+    #[arg(long, value_name = "MODE", hide = true)]
+    pub migration_on_error: Option<String>,
+
+    /// Not supported (VM live migration of the device state): refused.
+    #[arg(long, hide = true)]
+    pub migration_verify_handles: bool,
+
+    /// Not supported (VM live migration of the device state): refused.
+    #[arg(long, hide = true)]
+    pub migration_confirm_paths: bool,
 
     /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
     /// no_xattr, readdirplus, no_readdirplus, writeback, no_writeback, sandbox=…,
-    /// loglevel=…, flock, no_flock, posix_lock, no_posix_lock, allow_direct_io.
+    /// loglevel=…, allow_direct_io, no_allow_direct_io, and the defaults
+    /// no_flock, no_posix_lock, no_killpriv_v2, no_posix_acl, no_security_label.
+    /// Keys for what is not supported (flock, posix_lock, killpriv_v2,
+    /// posix_acl, security_label, announce_submounts, xattrmap=, modcaps=) are
+    /// refused.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
 
@@ -288,6 +332,24 @@ pub enum CliError {
     PosixAcl(String),
     #[error("ID-mapped shares (--uid-map/--gid-map, libvirt <idmap>) are not supported")]
     IdMap,
+    #[error("{option} is not supported: {why}")]
+    Unsupported { option: String, why: &'static str },
+}
+
+const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
+const NO_KILLPRIV: &str = "FUSE_HANDLE_KILLPRIV_V2 is not negotiated";
+const NO_ACL: &str = "POSIX ACLs are not served";
+const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
+const NO_SUBMOUNTS: &str = "FUSE_ATTR_SUBMOUNT is not sent";
+const NO_XATTRMAP: &str = "xattr name mapping is not implemented";
+const NO_MODCAPS: &str = "capabilities are not modified";
+const NO_MIGRATION: &str = "VM live migration of the device state is not implemented";
+
+fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
+    CliError::Unsupported {
+        option: option.into(),
+        why,
+    }
 }
 
 impl Opt {
@@ -337,22 +399,20 @@ impl Opt {
                 ("no_writeback", None) => self.writeback = false,
                 ("allow_direct_io", None) => self.allow_direct_io = true,
                 ("no_allow_direct_io", None) => self.allow_direct_io = false,
-                ("announce_submounts", None)
-                | ("killpriv_v2", None)
-                | ("no_killpriv_v2", None)
-                | ("posix_acl", None)
-                | ("no_posix_acl", None)
-                | ("flock", None)
-                | ("no_flock", None)
-                | ("posix_lock", None)
-                | ("no_posix_lock", None) => {
-                    log::info!(
-                        "-o {key}: accepted; locks are not served (the guest keeps them local)"
-                    )
+                // The defaults, named.
+                ("no_flock" | "no_posix_lock" | "no_killpriv_v2", None) => {}
+                ("no_posix_acl" | "no_security_label", None) => {}
+                ("flock" | "posix_lock", None) => {
+                    return Err(unsupported(format!("-o {key}"), NO_LOCKS))
                 }
-                ("xattrmap", Some(_)) | ("modcaps", Some(_)) => {
-                    log::warn!("-o {key}: not supported, ignored")
+                ("killpriv_v2", None) => return Err(unsupported("-o killpriv_v2", NO_KILLPRIV)),
+                ("posix_acl", None) => return Err(unsupported("-o posix_acl", NO_ACL)),
+                ("security_label", None) => return Err(unsupported("-o security_label", NO_LABEL)),
+                ("announce_submounts", None) => {
+                    return Err(unsupported("-o announce_submounts", NO_SUBMOUNTS))
                 }
+                ("xattrmap", Some(_)) => return Err(unsupported("-o xattrmap", NO_XATTRMAP)),
+                ("modcaps", Some(_)) => return Err(unsupported("-o modcaps", NO_MODCAPS)),
                 _ => return Err(CliError::BadCompat(item.clone())),
             }
         }
@@ -370,6 +430,7 @@ impl Opt {
                 return Err(CliError::PosixAcl(acl.clone()));
             }
         }
+        self.refuse_unsupported()?;
         if self.print_capabilities || self.handover_from.is_some() {
             return Ok(());
         }
@@ -380,6 +441,47 @@ impl Opt {
             return Err(CliError::NoSocket);
         }
         Ok(())
+    }
+}
+
+impl Opt {
+    /// Every virtiofsd option this daemon cannot honour is refused, never
+    /// accepted and ignored.
+    fn refuse_unsupported(&self) -> Result<(), CliError> {
+        let refused: [(bool, &str, &'static str); 12] = [
+            (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
+            (
+                matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
+                "--inode-file-handles",
+                "inodes are held as O_PATH descriptors (only `never`)",
+            ),
+            (self.announce_submounts, "--announce-submounts", NO_SUBMOUNTS),
+            (self.killpriv_v2, "--killpriv-v2", NO_KILLPRIV),
+            (self.allow_mmap, "--allow-mmap", "FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated"),
+            (
+                matches!(&self.security_label, Some(m) if m != "never"),
+                "--security-label",
+                NO_LABEL,
+            ),
+            (self.modcaps.is_some(), "--modcaps", NO_MODCAPS),
+            (self.xattrmap.is_some(), "--xattrmap", NO_XATTRMAP),
+            (
+                self.translate_uid.is_some() || self.translate_gid.is_some(),
+                "--translate-uid/--translate-gid",
+                "ID translation is not implemented",
+            ),
+            (self.migration_mode.is_some(), "--migration-mode", NO_MIGRATION),
+            (self.migration_on_error.is_some(), "--migration-on-error", NO_MIGRATION),
+            (
+                self.migration_verify_handles || self.migration_confirm_paths,
+                "--migration-verify-handles/--migration-confirm-paths",
+                NO_MIGRATION,
+            ),
+        ];
+        match refused.into_iter().find(|(given, _, _)| *given) {
+            Some((_, option, why)) => Err(unsupported(option, why)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -396,7 +498,9 @@ struct Capabilities {
 pub fn capabilities_json() -> String {
     let caps = Capabilities {
         kind: "fs",
-        features: &["migrate-precopy", "separate-options"],
+        // No "migrate-precopy": the device state cannot be migrated yet, and
+        // libvirt must not start a migration that QEMU would fail.
+        features: &["separate-options"],
     };
     // Serializing two static strings cannot fail; an empty object would
     // only make libvirt see no features.
@@ -438,7 +542,7 @@ mod tests {
             "--socket-path",
             "/tmp/s",
             "-o",
-            "source=/srv,cache=none,xattr,flock,no_posix_lock",
+            "source=/srv,cache=none,xattr,no_flock,no_posix_lock,no_killpriv_v2",
         ])
         .unwrap();
         assert_eq!(o.shared_dir.as_deref(), Some(std::path::Path::new("/srv")));
@@ -465,6 +569,50 @@ mod tests {
         ])
         .unwrap_err()
         .contains("ID-mapped"));
+    }
+
+    #[test]
+    fn options_that_cannot_be_honoured_are_refused() {
+        let base = ["--fd=3", "--shared-dir", "/srv"];
+        for extra in [
+            &["--tag", "fs"][..],
+            &["--inode-file-handles=prefer"],
+            &["--inode-file-handles=mandatory"],
+            &["--announce-submounts"],
+            &["--killpriv-v2"],
+            &["--allow-mmap"],
+            &["--security-label"],
+            &["--modcaps=+sys_admin"],
+            &["--xattrmap=:ok:all::"],
+            &["--translate-uid=guest:0:100000:65536"],
+            &["--migration-mode=find-paths"],
+            &["--migration-on-error=abort"],
+            &["--migration-verify-handles"],
+            &["-o", "flock"],
+            &["-o", "posix_lock"],
+            &["-o", "killpriv_v2"],
+            &["-o", "posix_acl"],
+            &["-o", "announce_submounts"],
+            &["-o", "xattrmap=:ok:all::"],
+            &["-o", "modcaps=-chown"],
+        ] {
+            let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            let err = parse(&args).unwrap_err();
+            assert!(err.contains("is not supported"), "{extra:?}: {err}");
+        }
+        for extra in [
+            &["--inode-file-handles=never"][..],
+            &["--no-announce-submounts"],
+            &["--no-killpriv-v2"],
+            &["--security-label=never"],
+            &["--posix-acl=never"],
+            &["--preserve-noatime"],
+            &["--syslog"],
+            &["--thread-pool-size=4"],
+        ] {
+            let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            parse(&args).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+        }
     }
 
     #[test]

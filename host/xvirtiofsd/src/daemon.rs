@@ -98,7 +98,7 @@ impl Daemon {
         let shared_dir = std::fs::canonicalize(&shared_dir)
             .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
         if opt.thread_pool_size.is_some() {
-            info!("--thread-pool-size accepted: requests are served by one worker per queue");
+            info!("--thread-pool-size has no effect: requests are served by one worker per queue");
         }
         match sys::raise_nofile_limit(opt.rlimit_nofile) {
             Ok(n) => info!("open file limit: {n}"),
@@ -193,6 +193,14 @@ impl Daemon {
     pub fn adopt(mut inc: Incoming, wake_cost: Duration) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
         logger::init(st.config.log_level);
+        if st.config.syslog {
+            if let Err(e) = logger::use_syslog() {
+                warn!(
+                    "--syslog: no system logger at {}: {e}; logging to standard error",
+                    logger::SYSLOG_SOCKET
+                );
+            }
+        }
         let notifier = Notifier::from_env();
         // (Not SO_PEERCRED: on the connecting side it names whoever created
         // the listening control socket, the first daemon, not the one being
@@ -389,6 +397,8 @@ fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
             .poll_us
             .unwrap_or(if sys::online_cpus() <= 2 { 0 } else { 50 }),
         poll_cpu_max: opt.poll_cpu_max,
+        syslog: opt.syslog,
+        preserve_noatime: opt.preserve_noatime,
         queue_cpus: opt.queue_cpus.iter().map(|&c| c as u32).collect(),
         metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
         log_level: opt.log_level,
@@ -405,6 +415,7 @@ fn fs_config(c: &ConfigState) -> Config {
         writeback: c.writeback,
         allow_direct_io: c.allow_direct_io,
         readdirplus: c.readdirplus,
+        preserve_noatime: c.preserve_noatime,
     }
 }
 

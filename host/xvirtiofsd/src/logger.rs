@@ -1,6 +1,9 @@
-//! A small logger to standard error: UTC timestamp, level, thread, message.
+//! A small logger to standard error (UTC timestamp, level, thread, message),
+//! or, after [`use_syslog`], to the system logger (level as priority, thread
+//! and message; syslog adds the time and pid).
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{LevelFilter, Log, Metadata, Record};
@@ -10,6 +13,32 @@ use crate::cli::LogLevel;
 struct StderrLogger;
 
 static LOGGER: StderrLogger = StderrLogger;
+
+/// Set once `--syslog` has connected to the system logger.
+static SYSLOG: AtomicBool = AtomicBool::new(false);
+
+/// Where the system logger listens.
+pub const SYSLOG_SOCKET: &str = "/dev/log";
+
+/// Sends every later message to syslog instead of standard error
+/// (`--syslog`). Call before the sandbox: it connects to `/dev/log` now.
+/// Fails, leaving standard error in use, when no system logger listens
+/// there (messages would otherwise be lost without a word).
+pub fn use_syslog() -> std::io::Result<()> {
+    std::os::unix::net::UnixDatagram::unbound()?.connect(SYSLOG_SOCKET)?;
+    crate::sys::open_syslog();
+    SYSLOG.store(true, Ordering::Release);
+    Ok(())
+}
+
+fn syslog_priority(level: log::Level) -> libc::c_int {
+    match level {
+        log::Level::Error => libc::LOG_ERR,
+        log::Level::Warn => libc::LOG_WARNING,
+        log::Level::Info => libc::LOG_INFO,
+        log::Level::Debug | log::Level::Trace => libc::LOG_DEBUG,
+    }
+}
 
 /// Installs the logger at `level`.
 pub fn init(level: LogLevel) {
@@ -57,15 +86,21 @@ impl Log for StderrLogger {
         if !self.enabled(record.metadata()) {
             return;
         }
+        let thread = std::thread::current();
+        let thread_name = thread.name().unwrap_or("xvirtiofsd");
+        if SYSLOG.load(Ordering::Acquire) {
+            let msg = format!("[{thread_name}] {}", record.args());
+            crate::sys::syslog(syslog_priority(record.level()), &msg);
+            return;
+        }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let thread = std::thread::current();
         let line = format!(
             "[{} {:<5} {}] {}\n",
             timestamp(now.as_secs(), now.subsec_millis()),
             record.level(),
-            thread.name().unwrap_or("xvirtiofsd"),
+            thread_name,
             record.args()
         );
         let _ = std::io::stderr().lock().write_all(line.as_bytes());

@@ -54,6 +54,15 @@ fn main() -> ExitCode {
         println!("{}", cli::capabilities_json());
         return ExitCode::SUCCESS;
     }
+    if opt.syslog {
+        if let Err(e) = logger::use_syslog() {
+            eprintln!(
+                "xvirtiofsd: --syslog: no system logger at {}: {e}",
+                logger::SYSLOG_SOCKET
+            );
+            return ExitCode::from(EXIT_SETUP);
+        }
+    }
     let daemon = match &opt.handover_from {
         Some(control) => Daemon::take_over(control),
         None => Daemon::fresh(&opt),

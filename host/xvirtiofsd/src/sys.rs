@@ -471,3 +471,27 @@ pub fn lock_and_write(fd: BorrowedFd<'_>, text: &str) -> io::Result<()> {
     cvt_size(n)?;
     Ok(())
 }
+
+/// Connects to the system logger now (`LOG_NDELAY`), facility daemon, so
+/// that logging keeps working once the sandbox hides `/dev/log`.
+pub fn open_syslog() {
+    // SAFETY: the ident is a static NUL-terminated string, valid for the
+    // whole process as openlog requires; the flags are plain constants.
+    unsafe {
+        libc::openlog(
+            c"xvirtiofsd".as_ptr(),
+            libc::LOG_PID | libc::LOG_NDELAY,
+            libc::LOG_DAEMON,
+        )
+    };
+}
+
+/// Sends one message to the system logger at `priority` (`LOG_ERR`…).
+pub fn syslog(priority: libc::c_int, msg: &str) {
+    let Ok(text) = CString::new(msg.replace('\0', "\\0")) else {
+        return;
+    };
+    // SAFETY: a constant "%s" format with exactly one argument, a valid
+    // NUL-terminated string that lives across the call.
+    unsafe { libc::syslog(priority, c"%s".as_ptr(), text.as_ptr()) };
+}

@@ -39,6 +39,8 @@ fn config(dir: &Path) -> ConfigState {
         poll_mode: PollMode::Never,
         poll_us: 0,
         poll_cpu_max: 100,
+        syslog: false,
+        preserve_noatime: false,
         queue_cpus: Vec::new(),
         metrics_file: None,
         log_level: LogLevel::Info,

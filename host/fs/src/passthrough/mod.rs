@@ -90,6 +90,10 @@ pub struct Config {
     pub writeback: bool,
     /// Honour O_DIRECT from the guest (else it is dropped).
     pub allow_direct_io: bool,
+    /// Keep O_NOATIME from the guest (else it is dropped, as virtiofsd does
+    /// without `--preserve-noatime`: an unprivileged daemon would get EPERM
+    /// for files it does not own).
+    pub preserve_noatime: bool,
     /// Offer READDIRPLUS.
     pub readdirplus: bool,
 }
@@ -104,6 +108,7 @@ impl Default for Config {
             writeback: false,
             allow_direct_io: true,
             readdirplus: true,
+            preserve_noatime: false,
         }
     }
 }
@@ -353,6 +358,9 @@ impl PassthroughFs {
         }
         if !self.cfg.allow_direct_io {
             f &= !libc::O_DIRECT;
+        }
+        if !self.cfg.preserve_noatime {
+            f &= !libc::O_NOATIME;
         }
         f
     }

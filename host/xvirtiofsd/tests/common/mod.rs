@@ -94,6 +94,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         readonly: false,
         writeback: false,
         allow_direct_io: false,
+        preserve_noatime: false,
         readdirplus: true,
     })
     .expect("passthrough fs");
