@@ -175,8 +175,10 @@ pub struct Opt {
     pub no_control: bool,
 
     /// Take over from the daemon behind this control socket (started by
-    /// `xvirtiofsd upgrade`; everything else comes from that daemon's state).
-    #[arg(long, value_name = "PATH", hide = true)]
+    /// `xvirtiofsd upgrade`). The shared directory, sandbox, seccomp,
+    /// readonly, xattr, metrics file and socket paths come from this command
+    /// line and must equal the running daemon's; the rest from its state.
+    #[arg(long, value_name = "PATH", hide = true, conflicts_with = "fd")]
     pub handover_from: Option<PathBuf>,
 
     /// Accepted for virtiofsd compatibility; requests are served by one worker per
@@ -358,11 +360,16 @@ impl Opt {
                 return Err(CliError::PosixAcl(acl.clone()));
             }
         }
-        if self.print_capabilities || self.handover_from.is_some() {
+        if self.print_capabilities {
             return Ok(());
         }
         if self.shared_dir.is_none() {
             return Err(CliError::NoSharedDir);
+        }
+        if self.handover_from.is_some() {
+            // A successor's security settings come from here, never from the
+            // state it receives; it binds no socket.
+            return Ok(());
         }
         if self.socket_path.is_none() && self.fd.is_none() {
             return Err(CliError::NoSocket);
@@ -487,4 +494,10 @@ pub struct UpgradeOpt {
     /// Seconds to wait for the new daemon to confirm.
     #[arg(long, value_name = "S", default_value_t = 30)]
     pub timeout: u64,
+    /// The new daemon's options (after `--`): at least the running daemon's
+    /// --shared-dir, and its --socket-path, --sandbox, --seccomp, --readonly,
+    /// --xattr, --metrics-file, if given. The new daemon refuses to take over
+    /// unless these equal the running daemon's settings.
+    #[arg(last = true, value_name = "DAEMON-OPTIONS")]
+    pub daemon_args: Vec<String>,
 }

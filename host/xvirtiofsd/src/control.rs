@@ -173,6 +173,18 @@ fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &Owne
             let _ = s.write_all(b"\n");
         }
         "handover" => {
+            match sys::peer_trusted(s.as_fd()) {
+                Ok(Ok(())) => {}
+                Ok(Err(uid)) => {
+                    warn!("control: handover request from uid {uid} refused");
+                    let _ = s.write_all(b"error: not trusted\n");
+                    return;
+                }
+                Err(e) => {
+                    warn!("control: handover request refused: {e}");
+                    return;
+                }
+            }
             let mut pending = slot.lock().unwrap_or_else(|p| p.into_inner());
             if pending.is_some() {
                 let _ = s.write_all(b"error: a handover is already in progress\n");

@@ -179,11 +179,32 @@ impl Daemon {
 
     /// A successor: ask the daemon behind `control_path` for its state and
     /// adopt it.
-    pub fn take_over(control_path: &Path) -> Result<Daemon, SetupError> {
+    /// Its security settings come from `opt` and must equal the running
+    /// daemon's (see [`crate::trust`]).
+    pub fn take_over(control_path: &Path, opt: &Opt) -> Result<Daemon, SetupError> {
+        let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
+            SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
+        })?;
+        let shared_dir = std::fs::canonicalize(&shared_dir)
+            .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
+        let own = config_state(opt, &shared_dir);
         // Calibrate before asking: the running daemon's queues are stopped
         // from the moment it answers until this one confirms.
         let wake_cost = measure_wake_cost(200);
-        let inc = upgrade::receive(control_path)?;
+        let mut inc = upgrade::receive(control_path)?;
+        let own_control = opt.control.as_ref().map(|p| p.display().to_string());
+        match crate::trust::check_settings(
+            &own,
+            &inc.state.config,
+            own_control.as_deref(),
+            inc.state.control_path.as_deref(),
+        ) {
+            Ok(cfg) => inc.state.config = cfg,
+            Err(reason) => {
+                inc.fail(&reason);
+                return Err(upgrade::UpgradeError::Settings(reason).into());
+            }
+        }
         Daemon::adopt(inc, wake_cost)
     }
 
@@ -196,8 +217,20 @@ impl Daemon {
         let notifier = Notifier::from_env();
         // (Not SO_PEERCRED: on the connecting side it names whoever created
         // the listening control socket, the first daemon, not the one being
-        // replaced.)
-        crate::cgroup::join_cgroups_of(st.writer_pid as i32);
+        // replaced.) The pid is only believed if that process holds the
+        // vhost-user connection handed over.
+        let conn_ident = inc
+            .peek(st.vhost_socket_fd)
+            .map(sys::socket_ident)
+            .unwrap_or_default();
+        if crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident) {
+            crate::cgroup::join_cgroups_of(st.writer_pid as i32);
+        } else {
+            warn!(
+                "pid {} does not hold the handed-over connection: its cgroups are not joined",
+                st.writer_pid
+            );
+        }
         let pid_files: Vec<OwnedFd> = st
             .pid_file_fds
             .iter()

@@ -19,6 +19,7 @@ pub mod queue;
 pub mod sandbox;
 pub mod service_manager;
 pub mod sys;
+pub mod trust;
 pub mod upgrade;
 pub mod vhost_user;
 

@@ -370,6 +370,26 @@ pub fn rename_at(
 
 /// The pid of the process at the other end of a Unix socket (SO_PEERCRED).
 pub fn peer_pid(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    peer_cred(fd).map(|c| c.pid)
+}
+
+/// Whether the process at the other end of a Unix socket is as privileged as
+/// this one: its uid (SO_PEERCRED) is 0 or this process's effective uid.
+/// Returns the peer's uid as the error otherwise.
+pub fn peer_trusted(fd: BorrowedFd<'_>) -> io::Result<Result<(), u32>> {
+    let uid = peer_cred(fd)?.uid;
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    Ok(if uid == 0 || uid == me {
+        Ok(())
+    } else {
+        Err(uid)
+    })
+}
+
+/// SO_PEERCRED of a Unix socket: who created the other end (for a connected
+/// client: the process that called `listen` on the server side).
+pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -386,7 +406,7 @@ pub fn peer_pid(fd: BorrowedFd<'_>) -> io::Result<i32> {
             &mut len,
         )
     })?;
-    Ok(cred.pid)
+    Ok(cred)
 }
 
 /// Sends SIGKILL to `pid`.

@@ -49,6 +49,10 @@ pub enum UpgradeError {
     NotConfirmed(String),
     #[error("descriptor {0} of the state is missing or used twice")]
     FdMissing(u32),
+    #[error("the peer on the control socket runs as uid {0}, neither root nor this process's uid: not trusted")]
+    UntrustedPeer(u32),
+    #[error("the running daemon's settings differ from this daemon's command line: {0}")]
+    Settings(String),
 }
 
 /// What the old daemon puts beside its device and file system.
@@ -215,6 +219,14 @@ impl Incoming {
             })
     }
 
+    /// The descriptor at `index`, if not taken yet, without taking it.
+    pub fn peek(&self, index: u32) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.fds
+            .get(index as usize)
+            .and_then(Option::as_ref)
+            .map(AsFd::as_fd)
+    }
+
     /// The file-system descriptors, in the order of their indices.
     pub fn take_fs_fds(&mut self) -> Vec<OwnedFd> {
         let base = self.state.fs_fd_base as usize;
@@ -252,6 +264,13 @@ pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
     }
     let peer =
         UnixStream::connect(control).map_err(|e| UpgradeError::Control(control.into(), e))?;
+    // Whoever listens on the socket must be as privileged as this process,
+    // or it could hand over anything. Nothing is sent before this check.
+    match sys::peer_trusted(peer.as_fd()) {
+        Ok(Ok(())) => {}
+        Ok(Err(uid)) => return Err(UpgradeError::UntrustedPeer(uid)),
+        Err(e) => return Err(UpgradeError::Control(control.into(), e)),
+    }
     peer.set_read_timeout(Some(STEP_TIMEOUT))
         .map_err(|e| UpgradeError::Control(control.into(), e))?;
     (&peer)
@@ -322,12 +341,14 @@ pub fn wait_exited(pid: u32, timeout: Duration) -> bool {
 pub fn run_client(
     control: &Path,
     binary: &Path,
+    daemon_args: &[String],
     timeout: Duration,
 ) -> Result<String, UpgradeError> {
     let mut child = Command::new(binary);
     child
         .arg("--handover-from")
         .arg(control)
+        .args(daemon_args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
