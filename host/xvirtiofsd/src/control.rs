@@ -93,21 +93,19 @@ impl StatusInfo {
     }
 }
 
-/// Creates the control socket (removing a stale one), mode 0600.
+/// Creates the control socket (removing a stale one), mode 0600; the default
+/// directory is created 0700 and must be this user's.
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         if dir == Path::new(DEFAULT_DIR) {
-            std::fs::create_dir_all(dir)?;
+            crate::socket::private_dir(dir)?;
             remove_stale(dir);
         }
     }
     if UnixStream::connect(path).is_err() {
         let _ = std::fs::remove_file(path);
     }
-    let l = UnixListener::bind(path)?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(l)
+    crate::socket::bind(path, 0o600, None)
 }
 
 /// Removes sockets of daemons that are gone.

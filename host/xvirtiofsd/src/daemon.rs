@@ -566,20 +566,13 @@ fn listen(opt: &Opt) -> Result<UnixListener, SetupError> {
     }
     let path = opt.socket_path.clone().unwrap_or_default();
     remove_stale_socket(&path);
-    let listener = UnixListener::bind(&path).map_err(|e| SetupError::Socket(path.clone(), e))?;
-    if let Some(group) = &opt.socket_group {
-        let gid = sys::group_id(group).ok_or_else(|| SetupError::UnknownGroup(group.clone()))?;
-        sys::chown_group(&path, gid).map_err(|e| SetupError::Socket(path.clone(), e))?;
-        set_mode(&path, 0o770).map_err(|e| SetupError::Socket(path.clone(), e))?;
-    } else {
-        set_mode(&path, 0o700).map_err(|e| SetupError::Socket(path.clone(), e))?;
-    }
-    Ok(listener)
-}
-
-fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    let group = opt
+        .socket_group
+        .as_ref()
+        .map(|g| sys::group_id(g).ok_or_else(|| SetupError::UnknownGroup(g.clone())))
+        .transpose()?;
+    let mode = if group.is_some() { 0o770 } else { 0o700 };
+    crate::socket::bind(&path, mode, group).map_err(|e| SetupError::Socket(path.clone(), e))
 }
 
 /// Removes a socket file nobody listens on any more (left by a killed daemon).

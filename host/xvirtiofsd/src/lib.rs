@@ -18,6 +18,7 @@ pub mod metrics_file;
 pub mod queue;
 pub mod sandbox;
 pub mod service_manager;
+pub mod socket;
 pub mod sys;
 pub mod trust;
 pub mod upgrade;

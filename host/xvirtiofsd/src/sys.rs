@@ -152,12 +152,29 @@ pub fn is_listening_socket(fd: RawFd) -> io::Result<bool> {
     Ok(val != 0)
 }
 
-/// Changes the group of a path (for `--socket-group`).
-pub fn chown_group(path: &Path, gid: u32) -> io::Result<()> {
-    let c = cstring(path)?;
-    // SAFETY: c is a valid NUL-terminated string; -1 leaves the owner unchanged.
-    cvt(unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) })?;
+/// Changes the group of `name` in `dir` without following a symlink (for
+/// `--socket-group`).
+pub fn chown_group_at(dir: BorrowedFd<'_>, name: &Path, gid: u32) -> io::Result<()> {
+    let c = cstring(name)?;
+    // SAFETY: c is a valid NUL-terminated string and dir an open descriptor;
+    // -1 leaves the owner unchanged; a symlink is changed itself, never
+    // followed.
+    cvt(unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            u32::MAX,
+            gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
     Ok(())
+}
+
+/// Sets the process umask, returning the previous one.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: umask takes an integer and cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
 }
 
 /// Looks up a group id by name (or parses a number).
