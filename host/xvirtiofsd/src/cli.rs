@@ -238,7 +238,10 @@ pub struct Opt {
     #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "always")]
     pub posix_acl: Option<String>,
 
-    /// Accepted for compatibility (capabilities are not changed).
+    /// Change the capabilities kept as root (default: chown, dac_override,
+    /// fowner, fsetid, setgid, setuid, mknod, setfcap), virtiofsd's syntax:
+    /// `+name` adds, `-name` removes, `:`-separated, e.g.
+    /// `--modcaps=+sys_admin:-mknod`.
     #[arg(long, value_name = "CAPS")]
     pub modcaps: Option<String>,
 
@@ -278,6 +281,8 @@ pub enum CliError {
     PosixAcl(String),
     #[error("ID-mapped shares (--uid-map/--gid-map, libvirt <idmap>) are not supported")]
     IdMap,
+    #[error("{0}")]
+    ModCaps(String),
 }
 
 impl Opt {
@@ -340,7 +345,8 @@ impl Opt {
                         "-o {key}: accepted; locks are not served (the guest keeps them local)"
                     )
                 }
-                ("xattrmap", Some(_)) | ("modcaps", Some(_)) => {
+                ("modcaps", Some(v)) => self.modcaps = Some(v.to_string()),
+                ("xattrmap", Some(_)) => {
                     log::warn!("-o {key}: not supported, ignored")
                 }
                 _ => return Err(CliError::BadCompat(item.clone())),
@@ -359,6 +365,9 @@ impl Opt {
             if acl != "never" {
                 return Err(CliError::PosixAcl(acl.clone()));
             }
+        }
+        if let Some(m) = &self.modcaps {
+            crate::caps::mask(Some(m)).map_err(|e| CliError::ModCaps(e.to_string()))?;
         }
         if self.print_capabilities {
             return Ok(());

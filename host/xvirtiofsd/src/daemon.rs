@@ -44,6 +44,8 @@ pub enum SetupError {
     Metrics(PathBuf, #[source] std::io::Error),
     #[error("sandbox")]
     Sandbox(#[from] sandbox::SandboxError),
+    #[error("capabilities")]
+    Caps(#[from] crate::caps::CapsError),
     #[error("live upgrade")]
     Upgrade(#[from] upgrade::UpgradeError),
     #[error("restoring the device")]
@@ -123,7 +125,7 @@ impl Daemon {
         let fs = PassthroughFs::new(fs_config(&cfg)).map_err(SetupError::Fs)?;
         let server = Arc::new(FsServer::new(fs));
         let metrics = open_metrics(&cfg)?;
-        confine(&cfg)?;
+        confine(&cfg, caps_mask(opt)?)?;
 
         info!(
             "serving {} ({} request queue(s) offered, cache {:?}, sandbox {:?}, control {})",
@@ -205,13 +207,15 @@ impl Daemon {
                 return Err(upgrade::UpgradeError::Settings(reason).into());
             }
         }
-        Daemon::adopt(inc, wake_cost)
+        Daemon::adopt(inc, wake_cost, caps_mask(opt)?)
     }
 
     /// Continues a predecessor's work from the state it sent: restores the
     /// device and file system, confirms, and starts the queues. On an error
     /// before confirming, the predecessor is told and keeps serving.
-    pub fn adopt(mut inc: Incoming, wake_cost: Duration) -> Result<Daemon, SetupError> {
+    /// `caps` is the capability mask to keep (from the successor's own
+    /// command line, see [`crate::caps`]).
+    pub fn adopt(mut inc: Incoming, wake_cost: Duration, caps: u64) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
         logger::init(st.config.log_level);
         let notifier = Notifier::from_env();
@@ -236,7 +240,7 @@ impl Daemon {
             .iter()
             .filter_map(|&i| inc.take(i).ok())
             .collect();
-        let restored = match restore(&mut inc, &st, wake_cost) {
+        let restored = match restore(&mut inc, &st, wake_cost, caps) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -474,8 +478,15 @@ fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, SetupError> {
         .transpose()
 }
 
-fn confine(c: &ConfigState) -> Result<(), SetupError> {
+fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
+    Ok(crate::caps::mask(opt.modcaps.as_deref())?)
+}
+
+/// Sandbox, then capabilities (entering the sandbox needs CAP_SYS_ADMIN),
+/// then the system-call filter.
+fn confine(c: &ConfigState, caps: u64) -> Result<(), SetupError> {
     sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
+    crate::caps::drop_to(caps)?;
     sandbox::seccomp(c.seccomp)?;
     Ok(())
 }
@@ -491,6 +502,7 @@ fn restore(
     inc: &mut Incoming,
     st: &DaemonState,
     wake_cost: Duration,
+    caps: u64,
 ) -> Result<Restored, SetupError> {
     if let Some(i) = st.log_fd {
         let log = inc
@@ -521,7 +533,7 @@ fn restore(
         .transpose()
         .map_err(|e| SetupError::Io("control socket", e))?;
     let metrics = open_metrics(&st.config)?;
-    confine(&st.config)?;
+    confine(&st.config, caps)?;
     Ok(Restored {
         dev,
         conn,

@@ -6,6 +6,7 @@
 //! [`chain`] (descriptor chain as request/reply) → `xvfs_fs::Server` (FUSE) →
 //! `xvfs_fs::PassthroughFs` (host directory) → reply → used ring.
 
+pub mod caps;
 pub mod cgroup;
 pub mod chain;
 pub mod cli;

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use log::info;
+use log::{info, warn};
 
 use crate::cli::{SandboxMode, SeccompAction};
 use crate::sys;
@@ -35,7 +35,11 @@ pub fn enter(mode: SandboxMode, root: &Path) -> Result<(), SandboxError> {
                 .map_err(|e| SandboxError::Chroot(root.display().to_string(), e))?;
             info!("sandbox: chroot into the shared directory");
         }
-        SandboxMode::None => info!("sandbox: none"),
+        SandboxMode::None => warn!(
+            "--sandbox none: no mount, network or IPC namespace and no chroot; a \
+             compromised daemon sees the whole host file system and network \
+             (only the file system layer confines guest paths)"
+        ),
     }
     Ok(())
 }
@@ -220,7 +224,13 @@ fn filter(action: u32) -> Vec<libc::sock_filter> {
 /// Installs the filter chosen with `--seccomp` on every thread.
 pub fn seccomp(action: SeccompAction) -> Result<(), SandboxError> {
     let ret = match action {
-        SeccompAction::None => return Ok(()),
+        SeccompAction::None => {
+            warn!(
+                "--seccomp none: no system-call filter; a compromised daemon may make \
+                 any system call (execve, ptrace, mount, ...) its capabilities allow"
+            );
+            return Ok(());
+        }
         SeccompAction::Kill => SECCOMP_RET_KILL_PROCESS,
         SeccompAction::Log => SECCOMP_RET_LOG,
         SeccompAction::Trap => SECCOMP_RET_TRAP,
