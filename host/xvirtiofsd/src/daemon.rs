@@ -324,10 +324,11 @@ impl Daemon {
         let wake = Arc::new(sys::eventfd().map_err(|e| SetupError::Io("eventfd", e))?);
         let slot: control::HandoverSlot = Arc::new(Mutex::new(None));
         let control_fd = control.as_ref().map(|l| l.as_raw_fd());
-        if let Some(l) = control {
+        let spawn_control = |l| {
             control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
-                .map_err(|e| SetupError::Io("control thread", e))?;
-        }
+                .map_err(|e| SetupError::Io("control thread", e))
+        };
+        let mut control_thread = control.map(spawn_control).transpose()?;
         let result = loop {
             match conn.serve(&mut dev, Some(wake.as_fd())) {
                 Ok(ServeEnd::Disconnected) => break Ok(Ended::Disconnected),
@@ -353,6 +354,14 @@ impl Daemon {
                             n.main_pid(pid as u32, "live-upgraded");
                         }
                         return Ok(Ended::HandedOver);
+                    }
+                    // The control thread stopped when it queued the request:
+                    // accept again.
+                    if let Some(t) = control_thread.take() {
+                        match t.join() {
+                            Ok(l) => control_thread = Some(spawn_control(l)?),
+                            Err(_) => warn!("control thread panicked; no more status or upgrade"),
+                        }
                     }
                 }
                 Err(e) => break Err(ServeError::Connection(e)),
