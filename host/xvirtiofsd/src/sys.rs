@@ -426,16 +426,6 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<libc::ucred> {
     Ok(cred)
 }
 
-/// Sends SIGKILL to `pid`.
-pub fn kill_process(pid: i32) -> io::Result<()> {
-    if pid <= 0 {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
-    // SAFETY: kill takes integers only.
-    cvt(unsafe { libc::kill(pid, libc::SIGKILL) })?;
-    Ok(())
-}
-
 /// Makes `fd` the descriptor number `target` (dup2).
 pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
     // SAFETY: dup2 takes integers; the caller owns `target`'s slot.

@@ -92,14 +92,11 @@ pub fn hand_over(
             Ok(())
         }
         Err(e) => {
-            // The successor may hold our descriptors: make sure it never serves.
+            // The successor may hold our descriptors: ABORT tells it never to
+            // serve (it waits for COMMIT before it starts any queue), and
+            // `xvirtiofsd upgrade` kills a successor that does not confirm.
+            // (Not kill(2) from here: the sandboxed daemon may not signal.)
             let _ = handover::send(&peer, handover::ABORT, e.to_string().as_bytes(), &[]);
-            // (Never this process: a successor in the same process is a test.)
-            if let Ok(pid) = sys::peer_pid(peer.as_fd()) {
-                if pid != std::process::id() as i32 {
-                    let _ = sys::kill_process(pid);
-                }
-            }
             if let Err(re) = dev.resume() {
                 warn!("upgrade: cannot resume a queue: {re}");
             }

@@ -154,3 +154,21 @@ impl StderrOf for Child {
         s
     }
 }
+
+/// Under the daemon's filter (`--seccomp kill`), execve kills the process:
+/// a compromised daemon cannot run a program.
+#[test]
+fn the_seccomp_filter_kills_an_execve() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let prog = xvirtiofsd::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
+    let mut cmd = Command::new("/bin/true");
+    // SAFETY: the closure only makes the two system calls of
+    // seccomp_install on a program built before fork; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || xvirtiofsd::sys::seccomp_install(&prog));
+    }
+    let status = cmd.status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGSYS), "{status:?}");
+    // Without the filter the same program runs.
+    assert!(Command::new("/bin/true").status().unwrap().success());
+}
