@@ -63,7 +63,7 @@ assert_ok "man page xvirtiofsd(1) documents --shared-dir" \
     bash -c "zcat /usr/share/man/man1/xvirtiofsd.1.gz | grep -q '^\.TH xvirtiofsd 1' &&
              zcat /usr/share/man/man1/xvirtiofsd.1.gz | grep -q 'shared\\\\-dir'"
 assert_ok "unit: ExecReload is a live upgrade to the installed binary" \
-    grep -qx 'ExecReload=/usr/libexec/xvirtiofsd upgrade --control=/run/xvirtiofsd/%i.control --binary=/usr/libexec/xvirtiofsd' \
+    grep -qxF 'ExecReload=/usr/libexec/xvirtiofsd upgrade --control=/run/xvirtiofsd/%i.control --binary=/usr/libexec/xvirtiofsd -- --socket-path=${SOCKET} --shared-dir=${SHARED_DIR} --control=/run/xvirtiofsd/%i.control $OPTIONS' \
     /lib/systemd/system/xvirtiofsd@.service
 assert_ok "unit: options from /etc/xvirtiofsd/<name>.conf" \
     grep -qx 'EnvironmentFile=/etc/xvirtiofsd/%i.conf' /lib/systemd/system/xvirtiofsd@.service

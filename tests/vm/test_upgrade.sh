@@ -85,6 +85,23 @@ status_field() { # status_field CONTROL FIELD
         python3 -c "import json,sys; print(json.load(sys.stdin)[sys.argv[1]])" "$2"
 }
 
+# The running daemon's own options, one per line, for its successor (which
+# takes its security settings from its command line only): its command line
+# without --handover-from and --fd.
+successor_args() { # successor_args CONTROL
+    local -a a
+    local x skip=0
+    mapfile -d '' a <"/proc/$(status_field "$1" pid)/cmdline"
+    for x in "${a[@]:1}"; do
+        if [ "$skip" = 1 ]; then skip=0; continue; fi
+        case "$x" in
+            --handover-from | --fd) skip=1 ;;
+            --handover-from=* | --fd=*) ;;
+            *) printf '%s\n' "$x" ;;
+        esac
+    done
+}
+
 wait_started() {
     local i
     for i in $(seq 1 240); do
@@ -98,12 +115,15 @@ wait_started() {
 # (this runs in the background while the guest runs).
 host_side() {
     local share=$1 ctl=$2 n bin want rc conn0 pid
+    local -a sargs
     wait_started "$share" || { echo "FAILCHECK guest never started"; touch "$share/done"; return; }
     conn0=$(status_field "$ctl" connection)
     for n in $(seq 1 "$UPGRADES"); do
         if [ $((n % 2)) -eq 1 ]; then bin=$BIN_DIR/xvirtiofsd-b want=$VERSION_B; else bin=$BIN_DIR/xvirtiofsd-a want=$VERSION_A; fi
         rc=0
-        "$BIN_DIR/xvirtiofsd-a" upgrade --control "$ctl" --binary "$bin" >>"$VMT_DIR/upgrades.log" 2>&1 || rc=$?
+        mapfile -t sargs < <(successor_args "$ctl")
+        "$BIN_DIR/xvirtiofsd-a" upgrade --control "$ctl" --binary "$bin" -- "${sargs[@]}" \
+            >>"$VMT_DIR/upgrades.log" 2>&1 || rc=$?
         echo "CHECK upgrade-$n-rc 0 $rc"
         echo "CHECK upgrade-$n-version $want $(status_field "$ctl" version)"
         sleep 0.3
@@ -113,8 +133,10 @@ host_side() {
     for fault in exit-at-start corrupt-state newer-format garbage die-midway; do
         pid=$(status_field "$ctl" pid)
         rc=0
+        mapfile -t sargs < <(successor_args "$ctl")
         XVFS_UPGRADE_FAULT=$fault "$BIN_DIR/xvirtiofsd-a" upgrade --control "$ctl" \
-            --binary "$BIN_DIR/xvirtiofsd-b" --timeout 20 >>"$VMT_DIR/failures.log" 2>&1 || rc=$?
+            --binary "$BIN_DIR/xvirtiofsd-b" --timeout 20 -- "${sargs[@]}" \
+            >>"$VMT_DIR/failures.log" 2>&1 || rc=$?
         echo "CHECK fault-$fault-refused 1 $rc"
         echo "CHECK fault-$fault-same-daemon $pid $(status_field "$ctl" pid)"
         sleep 0.3
@@ -208,8 +230,9 @@ echo before > "$SHARE2/keep"
     wait_started "$SHARE2" || { touch "$SHARE2/done"; exit 0; }
     for n in 1 2 3; do
         rc=0
+        mapfile -t sargs < <(successor_args "$CTL2")
         "$BIN_DIR/xvirtiofsd-a" upgrade --control "$CTL2" --binary "$BIN_DIR/xvirtiofsd-b" \
-            >>"$VMT_DIR/upgrades-fd.log" 2>&1 || rc=$?
+            -- "${sargs[@]}" >>"$VMT_DIR/upgrades-fd.log" 2>&1 || rc=$?
         echo "CHECK fd-upgrade-$n-rc 0 $rc"
         echo "PID $n $(status_field "$CTL2" pid)"
         sleep 0.3

@@ -149,12 +149,18 @@ pub fn linkat(
 
 /// `readlinkat(fd, "")`: the target of the symlink `fd` (an `O_PATH` descriptor).
 pub fn readlink_fd(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    readlinkat(fd, c"")
+}
+
+/// `readlinkat(2)`: the target of the symlink `name` in `dir`.
+pub fn readlinkat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    // SAFETY: `buf` is writable for `buf.len()` bytes.
+    // SAFETY: `buf` is writable for `buf.len()` bytes; `name` is a valid C
+    // string.
     let n = check_size(unsafe {
         libc::readlinkat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
             buf.as_mut_ptr().cast(),
             buf.len(),
         )

@@ -5,6 +5,8 @@
 mod common;
 
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
@@ -227,4 +229,57 @@ fn empty_snapshot_before_init() {
     let srv = restored(&h, &snap.state, Vec::new());
     let (e, _) = req(&srv, opcode::GETATTR, ROOT, &[0u8; 16]);
     assert_eq!(e, libc::EIO, "still waiting for INIT");
+}
+
+/// A forged state naming a file or directory outside the shared directory
+/// with its true device and inode is refused: the descriptor itself is
+/// checked to lie inside the share.
+#[test]
+fn restore_refuses_descriptors_outside_the_share() {
+    use std::os::unix::fs::MetadataExt;
+    let h = Harness::new();
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    std::fs::write(h.dir.join("d/f"), b"in").unwrap();
+    std::fs::write(h.dir.join("gone"), b"deleted but open").unwrap();
+    let d = h.lookup_ok(ROOT, "d");
+    h.lookup_ok(d.nodeid, "f");
+    h.lookup_ok(ROOT, "gone");
+    std::fs::remove_file(h.dir.join("gone")).unwrap();
+    let snap = h.fs().snapshot();
+    let cfg = || default_config(&h.dir.path);
+    let try_restore = |s: &FsState, fds| PassthroughFs::restore(cfg(), s, fds).map(drop);
+    // Inside: a directory, a file below it, an unlinked file still open.
+    assert!(try_restore(&snap.state, dup_fds(&snap)).is_ok());
+
+    let outside = TestDir::new("outside");
+    std::fs::create_dir(outside.join("d")).unwrap();
+    std::fs::write(outside.join("d/secret"), b"out").unwrap();
+    // A sibling whose name starts with the share's path.
+    let sibling = PathBuf::from(format!("{}x", h.dir.path.display()));
+    std::fs::create_dir(&sibling).unwrap();
+    std::fs::write(sibling.join("f"), b"out").unwrap();
+    let forge = |path: &Path, file_type: u32| {
+        let md = std::fs::symlink_metadata(path).unwrap();
+        let mut s = snap.state.clone();
+        let mut fds = dup_fds(&snap);
+        let i = &mut s.inodes[0];
+        fds[i.fd_index as usize] = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(path)
+            .unwrap()
+            .into();
+        (i.dev, i.ino, i.file_type) = (md.dev(), md.ino(), file_type);
+        let e = try_restore(&s, fds).unwrap_err().to_string();
+        assert!(
+            e.contains("not inside the shared directory"),
+            "{path:?}: {e}"
+        );
+    };
+    forge(&outside.join("d/secret"), libc::S_IFREG);
+    forge(&outside.join("d"), libc::S_IFDIR);
+    forge(&sibling.join("f"), libc::S_IFREG);
+    forge(Path::new("/etc/passwd"), libc::S_IFREG);
+    forge(Path::new("/"), libc::S_IFDIR);
+    std::fs::remove_dir_all(&sibling).unwrap();
 }

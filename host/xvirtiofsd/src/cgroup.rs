@@ -27,6 +27,20 @@ fn mount_point(controllers: &str, mounts: &str) -> Option<PathBuf> {
     None
 }
 
+/// Whether process `pid` has a descriptor open on the socket `ident`
+/// (`socket:[inode]`, as [`crate::sys::socket_ident`] renders it).
+pub fn holds_socket(pid: i32, ident: &str) -> bool {
+    if pid <= 0 || ident.is_empty() {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    entries
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == ident))
+}
+
 /// Moves this process into every cgroup `pid` is in (best effort, logged).
 pub fn join_cgroups_of(pid: i32) {
     let (Ok(list), Ok(mounts)) = (

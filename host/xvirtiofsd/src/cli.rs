@@ -187,8 +187,10 @@ pub struct Opt {
     pub no_control: bool,
 
     /// Take over from the daemon behind this control socket (started by
-    /// `xvirtiofsd upgrade`; everything else comes from that daemon's state).
-    #[arg(long, value_name = "PATH", hide = true)]
+    /// `xvirtiofsd upgrade`). The shared directory, sandbox, seccomp,
+    /// readonly, xattr, metrics file and socket paths come from this command
+    /// line and must equal the running daemon's; the rest from its state.
+    #[arg(long, value_name = "PATH", hide = true, conflicts_with = "fd")]
     pub handover_from: Option<PathBuf>,
 
     /// No effect: requests are served by one worker thread per request queue
@@ -259,8 +261,11 @@ pub struct Opt {
     #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "always")]
     pub security_label: Option<String>,
 
-    /// Not supported (capabilities are not modified): refused.
-    #[arg(long, value_name = "CAPS", hide = true)]
+    /// Change the capabilities kept as root (default: chown, dac_override,
+    /// fowner, fsetid, setgid, setuid, mknod, setfcap), virtiofsd's syntax:
+    /// `+name` adds, `-name` removes, `:`-separated, e.g.
+    /// `--modcaps=+sys_admin:-mknod`.
+    #[arg(long, value_name = "CAPS")]
     pub modcaps: Option<String>,
 
     /// Not supported (extended attribute name mapping): refused rather than
@@ -294,10 +299,10 @@ pub struct Opt {
 
     /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
     /// no_xattr, readdirplus, no_readdirplus, writeback, no_writeback, sandbox=…,
-    /// loglevel=…, allow_direct_io, no_allow_direct_io, and the defaults
+    /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, and the defaults
     /// no_flock, no_posix_lock, no_killpriv_v2, no_posix_acl, no_security_label.
     /// Keys for what is not supported (flock, posix_lock, killpriv_v2,
-    /// posix_acl, security_label, announce_submounts, xattrmap=, modcaps=) are
+    /// posix_acl, security_label, announce_submounts, xattrmap=) are
     /// refused.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
@@ -334,6 +339,8 @@ pub enum CliError {
     IdMap,
     #[error("{option} is not supported: {why}")]
     Unsupported { option: String, why: &'static str },
+    #[error("{0}")]
+    ModCaps(String),
 }
 
 const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
@@ -342,7 +349,6 @@ const NO_ACL: &str = "POSIX ACLs are not served";
 const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
 const NO_SUBMOUNTS: &str = "FUSE_ATTR_SUBMOUNT is not sent";
 const NO_XATTRMAP: &str = "xattr name mapping is not implemented";
-const NO_MODCAPS: &str = "capabilities are not modified";
 const NO_MIGRATION: &str = "VM live migration of the device state is not implemented";
 
 fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
@@ -412,7 +418,7 @@ impl Opt {
                     return Err(unsupported("-o announce_submounts", NO_SUBMOUNTS))
                 }
                 ("xattrmap", Some(_)) => return Err(unsupported("-o xattrmap", NO_XATTRMAP)),
-                ("modcaps", Some(_)) => return Err(unsupported("-o modcaps", NO_MODCAPS)),
+                ("modcaps", Some(v)) => self.modcaps = Some(v.to_string()),
                 _ => return Err(CliError::BadCompat(item.clone())),
             }
         }
@@ -431,11 +437,19 @@ impl Opt {
             }
         }
         self.refuse_unsupported()?;
-        if self.print_capabilities || self.handover_from.is_some() {
+        if let Some(m) = &self.modcaps {
+            crate::caps::mask(Some(m)).map_err(|e| CliError::ModCaps(e.to_string()))?;
+        }
+        if self.print_capabilities {
             return Ok(());
         }
         if self.shared_dir.is_none() {
             return Err(CliError::NoSharedDir);
+        }
+        if self.handover_from.is_some() {
+            // A successor's security settings come from here, never from the
+            // state it receives; it binds no socket.
+            return Ok(());
         }
         if self.socket_path.is_none() && self.fd.is_none() {
             return Err(CliError::NoSocket);
@@ -448,7 +462,7 @@ impl Opt {
     /// Every virtiofsd option this daemon cannot honour is refused, never
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
-        let refused: [(bool, &str, &'static str); 12] = [
+        let refused: [(bool, &str, &'static str); 11] = [
             (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
@@ -463,7 +477,6 @@ impl Opt {
                 "--security-label",
                 NO_LABEL,
             ),
-            (self.modcaps.is_some(), "--modcaps", NO_MODCAPS),
             (self.xattrmap.is_some(), "--xattrmap", NO_XATTRMAP),
             (
                 self.translate_uid.is_some() || self.translate_gid.is_some(),
@@ -582,7 +595,6 @@ mod tests {
             &["--killpriv-v2"],
             &["--allow-mmap"],
             &["--security-label"],
-            &["--modcaps=+sys_admin"],
             &["--xattrmap=:ok:all::"],
             &["--translate-uid=guest:0:100000:65536"],
             &["--migration-mode=find-paths"],
@@ -594,7 +606,6 @@ mod tests {
             &["-o", "posix_acl"],
             &["-o", "announce_submounts"],
             &["-o", "xattrmap=:ok:all::"],
-            &["-o", "modcaps=-chown"],
         ] {
             let args: Vec<&str> = base.iter().chain(extra).copied().collect();
             let err = parse(&args).unwrap_err();
@@ -664,4 +675,10 @@ pub struct UpgradeOpt {
     /// Seconds to wait for the new daemon to confirm.
     #[arg(long, value_name = "S", default_value_t = 30)]
     pub timeout: u64,
+    /// The new daemon's options (after `--`): at least the running daemon's
+    /// --shared-dir, and its --socket-path, --sandbox, --seccomp, --readonly,
+    /// --xattr, --metrics-file, if given. The new daemon refuses to take over
+    /// unless these equal the running daemon's settings.
+    #[arg(last = true, value_name = "DAEMON-OPTIONS")]
+    pub daemon_args: Vec<String>,
 }

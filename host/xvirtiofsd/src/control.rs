@@ -17,6 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use log::{info, warn};
@@ -93,21 +94,19 @@ impl StatusInfo {
     }
 }
 
-/// Creates the control socket (removing a stale one), mode 0600.
+/// Creates the control socket (removing a stale one), mode 0600; the default
+/// directory is created 0700 and must be this user's.
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         if dir == Path::new(DEFAULT_DIR) {
-            std::fs::create_dir_all(dir)?;
+            crate::socket::private_dir(dir)?;
             remove_stale(dir);
         }
     }
     if UnixStream::connect(path).is_err() {
         let _ = std::fs::remove_file(path);
     }
-    let l = UnixListener::bind(path)?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(l)
+    crate::socket::bind(path, 0o600, None)
 }
 
 /// Removes sockets of daemons that are gone.
@@ -126,24 +125,32 @@ fn remove_stale(dir: &Path) {
 /// A pending handover request, taken by the serving thread.
 pub type HandoverSlot = Arc<Mutex<Option<UnixStream>>>;
 
-/// Serves the control socket on its own thread.
+/// Serves the control socket on its own thread, until it has queued a
+/// handover request: from then on the successor, which shares the listening
+/// socket, must be the only one to accept (this daemon may exit at any
+/// moment). The thread then ends and returns the listener; if the handover
+/// fails, the serving thread spawns it again.
 pub fn spawn(
     listener: UnixListener,
     info: Arc<StatusInfo>,
     slot: HandoverSlot,
     wake: Arc<OwnedFd>,
-) -> io::Result<()> {
+) -> io::Result<JoinHandle<UnixListener>> {
     std::thread::Builder::new()
         .name("xvfs-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 match conn {
-                    Ok(s) => handle(s, &info, &slot, &wake),
+                    Ok(s) => {
+                        if handle(s, &info, &slot, &wake) {
+                            break;
+                        }
+                    }
                     Err(e) => warn!("control socket: {e}"),
                 }
             }
-        })?;
-    Ok(())
+            listener
+        })
 }
 
 fn read_line(s: &mut UnixStream) -> io::Result<String> {
@@ -161,11 +168,12 @@ fn read_line(s: &mut UnixStream) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&line).trim().to_string())
 }
 
-fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &OwnedFd) {
+/// Answers one client; true when it queued a handover request.
+fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &OwnedFd) -> bool {
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let cmd = match read_line(&mut s) {
         Ok(c) => c,
-        Err(_) => return,
+        Err(_) => return false,
     };
     match cmd.as_str() {
         "status" => {
@@ -173,19 +181,33 @@ fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &Owne
             let _ = s.write_all(b"\n");
         }
         "handover" => {
+            match sys::peer_trusted(s.as_fd()) {
+                Ok(Ok(())) => {}
+                Ok(Err(uid)) => {
+                    warn!("control: handover request from uid {uid} refused");
+                    let _ = s.write_all(b"error: not trusted\n");
+                    return false;
+                }
+                Err(e) => {
+                    warn!("control: handover request refused: {e}");
+                    return false;
+                }
+            }
             let mut pending = slot.lock().unwrap_or_else(|p| p.into_inner());
             if pending.is_some() {
                 let _ = s.write_all(b"error: a handover is already in progress\n");
-                return;
+                return false;
             }
             info!("control: handover requested");
             *pending = Some(s);
             let _ = sys::eventfd_signal(wake.as_fd());
+            return true;
         }
         other => {
             let _ = s.write_all(format!("error: unknown command `{other}`\n").as_bytes());
         }
     }
+    false
 }
 
 /// The `"pid"` field of a status answer (see [`StatusReply`]), parsed as

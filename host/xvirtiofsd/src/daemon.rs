@@ -44,6 +44,8 @@ pub enum SetupError {
     Metrics(PathBuf, #[source] std::io::Error),
     #[error("sandbox")]
     Sandbox(#[from] sandbox::SandboxError),
+    #[error("capabilities")]
+    Caps(#[from] crate::caps::CapsError),
     #[error("live upgrade")]
     Upgrade(#[from] upgrade::UpgradeError),
     #[error("restoring the device")]
@@ -123,7 +125,7 @@ impl Daemon {
         let fs = PassthroughFs::new(fs_config(&cfg)).map_err(SetupError::Fs)?;
         let server = Arc::new(FsServer::new(fs));
         let metrics = open_metrics(&cfg)?;
-        confine(&cfg)?;
+        confine(&cfg, caps_mask(opt)?)?;
 
         info!(
             "serving {} ({} request queue(s) offered, cache {:?}, sandbox {:?}, control {})",
@@ -179,18 +181,41 @@ impl Daemon {
 
     /// A successor: ask the daemon behind `control_path` for its state and
     /// adopt it.
-    pub fn take_over(control_path: &Path) -> Result<Daemon, SetupError> {
+    /// Its security settings come from `opt` and must equal the running
+    /// daemon's (see [`crate::trust`]).
+    pub fn take_over(control_path: &Path, opt: &Opt) -> Result<Daemon, SetupError> {
+        let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
+            SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
+        })?;
+        let shared_dir = std::fs::canonicalize(&shared_dir)
+            .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
+        let own = config_state(opt, &shared_dir);
         // Calibrate before asking: the running daemon's queues are stopped
         // from the moment it answers until this one confirms.
         let wake_cost = measure_wake_cost(200);
-        let inc = upgrade::receive(control_path)?;
-        Daemon::adopt(inc, wake_cost)
+        let mut inc = upgrade::receive(control_path)?;
+        let own_control = opt.control.as_ref().map(|p| p.display().to_string());
+        match crate::trust::check_settings(
+            &own,
+            &inc.state.config,
+            own_control.as_deref(),
+            inc.state.control_path.as_deref(),
+        ) {
+            Ok(cfg) => inc.state.config = cfg,
+            Err(reason) => {
+                inc.fail(&reason);
+                return Err(upgrade::UpgradeError::Settings(reason).into());
+            }
+        }
+        Daemon::adopt(inc, wake_cost, caps_mask(opt)?)
     }
 
     /// Continues a predecessor's work from the state it sent: restores the
     /// device and file system, confirms, and starts the queues. On an error
     /// before confirming, the predecessor is told and keeps serving.
-    pub fn adopt(mut inc: Incoming, wake_cost: Duration) -> Result<Daemon, SetupError> {
+    /// `caps` is the capability mask to keep (from the successor's own
+    /// command line, see [`crate::caps`]).
+    pub fn adopt(mut inc: Incoming, wake_cost: Duration, caps: u64) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
         logger::init(st.config.log_level);
         if st.config.syslog {
@@ -204,14 +229,26 @@ impl Daemon {
         let notifier = Notifier::from_env();
         // (Not SO_PEERCRED: on the connecting side it names whoever created
         // the listening control socket, the first daemon, not the one being
-        // replaced.)
-        crate::cgroup::join_cgroups_of(st.writer_pid as i32);
+        // replaced.) The pid is only believed if that process holds the
+        // vhost-user connection handed over.
+        let conn_ident = inc
+            .peek(st.vhost_socket_fd)
+            .map(sys::socket_ident)
+            .unwrap_or_default();
+        if crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident) {
+            crate::cgroup::join_cgroups_of(st.writer_pid as i32);
+        } else {
+            warn!(
+                "pid {} does not hold the handed-over connection: its cgroups are not joined",
+                st.writer_pid
+            );
+        }
         let pid_files: Vec<OwnedFd> = st
             .pid_file_fds
             .iter()
             .filter_map(|&i| inc.take(i).ok())
             .collect();
-        let restored = match restore(&mut inc, &st, wake_cost) {
+        let restored = match restore(&mut inc, &st, wake_cost, caps) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -295,10 +332,11 @@ impl Daemon {
         let wake = Arc::new(sys::eventfd().map_err(|e| SetupError::Io("eventfd", e))?);
         let slot: control::HandoverSlot = Arc::new(Mutex::new(None));
         let control_fd = control.as_ref().map(|l| l.as_raw_fd());
-        if let Some(l) = control {
+        let spawn_control = |l| {
             control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
-                .map_err(|e| SetupError::Io("control thread", e))?;
-        }
+                .map_err(|e| SetupError::Io("control thread", e))
+        };
+        let mut control_thread = control.map(spawn_control).transpose()?;
         let result = loop {
             match conn.serve(&mut dev, Some(wake.as_fd())) {
                 Ok(ServeEnd::Disconnected) => break Ok(Ended::Disconnected),
@@ -324,6 +362,14 @@ impl Daemon {
                             n.main_pid(pid as u32, "live-upgraded");
                         }
                         return Ok(Ended::HandedOver);
+                    }
+                    // The control thread stopped when it queued the request:
+                    // accept again.
+                    if let Some(t) = control_thread.take() {
+                        match t.join() {
+                            Ok(l) => control_thread = Some(spawn_control(l)?),
+                            Err(_) => warn!("control thread panicked; no more status or upgrade"),
+                        }
                     }
                 }
                 Err(e) => break Err(ServeError::Connection(e)),
@@ -454,8 +500,15 @@ fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, SetupError> {
         .transpose()
 }
 
-fn confine(c: &ConfigState) -> Result<(), SetupError> {
+fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
+    Ok(crate::caps::mask(opt.modcaps.as_deref())?)
+}
+
+/// Sandbox, then capabilities (entering the sandbox needs CAP_SYS_ADMIN),
+/// then the system-call filter.
+fn confine(c: &ConfigState, caps: u64) -> Result<(), SetupError> {
     sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
+    crate::caps::drop_to(caps)?;
     sandbox::seccomp(c.seccomp)?;
     Ok(())
 }
@@ -471,6 +524,7 @@ fn restore(
     inc: &mut Incoming,
     st: &DaemonState,
     wake_cost: Duration,
+    caps: u64,
 ) -> Result<Restored, SetupError> {
     if let Some(i) = st.log_fd {
         let log = inc
@@ -501,7 +555,7 @@ fn restore(
         .transpose()
         .map_err(|e| SetupError::Io("control socket", e))?;
     let metrics = open_metrics(&st.config)?;
-    confine(&st.config)?;
+    confine(&st.config, caps)?;
     Ok(Restored {
         dev,
         conn,
@@ -546,20 +600,13 @@ fn listen(opt: &Opt) -> Result<UnixListener, SetupError> {
     }
     let path = opt.socket_path.clone().unwrap_or_default();
     remove_stale_socket(&path);
-    let listener = UnixListener::bind(&path).map_err(|e| SetupError::Socket(path.clone(), e))?;
-    if let Some(group) = &opt.socket_group {
-        let gid = sys::group_id(group).ok_or_else(|| SetupError::UnknownGroup(group.clone()))?;
-        sys::chown_group(&path, gid).map_err(|e| SetupError::Socket(path.clone(), e))?;
-        set_mode(&path, 0o770).map_err(|e| SetupError::Socket(path.clone(), e))?;
-    } else {
-        set_mode(&path, 0o700).map_err(|e| SetupError::Socket(path.clone(), e))?;
-    }
-    Ok(listener)
-}
-
-fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    let group = opt
+        .socket_group
+        .as_ref()
+        .map(|g| sys::group_id(g).ok_or_else(|| SetupError::UnknownGroup(g.clone())))
+        .transpose()?;
+    let mode = if group.is_some() { 0o770 } else { 0o700 };
+    crate::socket::bind(&path, mode, group).map_err(|e| SetupError::Socket(path.clone(), e))
 }
 
 /// Removes a socket file nobody listens on any more (left by a killed daemon).

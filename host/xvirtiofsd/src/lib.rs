@@ -6,6 +6,7 @@
 //! [`chain`] (descriptor chain as request/reply) → `xvfs_fs::Server` (FUSE) →
 //! `xvfs_fs::PassthroughFs` (host directory) → reply → used ring.
 
+pub mod caps;
 pub mod cgroup;
 pub mod chain;
 pub mod cli;
@@ -18,7 +19,9 @@ pub mod metrics_file;
 pub mod queue;
 pub mod sandbox;
 pub mod service_manager;
+pub mod socket;
 pub mod sys;
+pub mod trust;
 pub mod upgrade;
 pub mod vhost_user;
 

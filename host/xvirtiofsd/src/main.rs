@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         }
     }
     let daemon = match &opt.handover_from {
-        Some(control) => Daemon::take_over(control),
+        Some(control) => Daemon::take_over(control, &opt),
         None => Daemon::fresh(&opt),
     };
     let daemon = match daemon {
@@ -135,7 +135,12 @@ fn upgrade_command(args: &[String]) -> ExitCode {
         },
     };
     let before = control::query_status(&path).ok();
-    match upgrade::run_client(&path, &binary, Duration::from_secs(o.timeout)) {
+    match upgrade::run_client(
+        &path,
+        &binary,
+        &o.daemon_args,
+        Duration::from_secs(o.timeout),
+    ) {
         Ok(msg) => {
             // The old daemon exits right after the handover; "upgraded" also
             // means it is gone, so that whoever called us (libvirt's pid

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use log::info;
+use log::{info, warn};
 
 use crate::cli::{SandboxMode, SeccompAction};
 use crate::sys;
@@ -35,7 +35,11 @@ pub fn enter(mode: SandboxMode, root: &Path) -> Result<(), SandboxError> {
                 .map_err(|e| SandboxError::Chroot(root.display().to_string(), e))?;
             info!("sandbox: chroot into the shared directory");
         }
-        SandboxMode::None => info!("sandbox: none"),
+        SandboxMode::None => warn!(
+            "--sandbox none: no mount, network or IPC namespace and no chroot; a \
+             compromised daemon sees the whole host file system and network \
+             (only the file system layer confines guest paths)"
+        ),
     }
     Ok(())
 }
@@ -164,15 +168,12 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_connect,
     libc::SYS_shutdown,
     libc::SYS_name_to_handle_at,
-    libc::SYS_open_by_handle_at,
     libc::SYS_sched_getparam,
     libc::SYS_getdents,
     libc::SYS_uname,
     libc::SYS_ioctl,
-    libc::SYS_execve,
     libc::SYS_wait4,
     libc::SYS_pidfd_open,
-    libc::SYS_kill,
     libc::SYS_unlink,
     libc::SYS_sched_getscheduler,
     libc::SYS_getppid,
@@ -217,15 +218,27 @@ fn filter(action: u32) -> Vec<libc::sock_filter> {
     prog
 }
 
-/// Installs the filter chosen with `--seccomp` on every thread.
-pub fn seccomp(action: SeccompAction) -> Result<(), SandboxError> {
+/// The BPF program `--seccomp action` installs (`None` for `none`).
+pub fn program(action: SeccompAction) -> Option<Vec<libc::sock_filter>> {
     let ret = match action {
-        SeccompAction::None => return Ok(()),
+        SeccompAction::None => return None,
         SeccompAction::Kill => SECCOMP_RET_KILL_PROCESS,
         SeccompAction::Log => SECCOMP_RET_LOG,
         SeccompAction::Trap => SECCOMP_RET_TRAP,
     };
-    sys::seccomp_install(&filter(ret)).map_err(SandboxError::Seccomp)?;
+    Some(filter(ret))
+}
+
+/// Installs the filter chosen with `--seccomp` on every thread.
+pub fn seccomp(action: SeccompAction) -> Result<(), SandboxError> {
+    let Some(prog) = program(action) else {
+        warn!(
+            "--seccomp none: no system-call filter; a compromised daemon may make \
+             any system call (execve, ptrace, mount, ...) its capabilities allow"
+        );
+        return Ok(());
+    };
+    sys::seccomp_install(&prog).map_err(SandboxError::Seccomp)?;
     info!(
         "seccomp: {} system calls allowed, others: {action:?}",
         ALLOWED.len()
@@ -244,5 +257,19 @@ mod tests {
         assert_eq!(f[1].k, AUDIT_ARCH_X86_64);
         assert_eq!(f.last().map(|i| i.k), Some(SECCOMP_RET_KILL_PROCESS));
         assert!(f.len() < 4096);
+    }
+
+    #[test]
+    fn no_exec_no_signals_no_file_handles() {
+        for nr in [
+            libc::SYS_execve,
+            libc::SYS_execveat,
+            libc::SYS_kill,
+            libc::SYS_open_by_handle_at,
+            libc::SYS_ptrace,
+            libc::SYS_mount,
+        ] {
+            assert!(!ALLOWED.contains(&nr), "{nr} is allowed");
+        }
     }
 }

@@ -152,12 +152,29 @@ pub fn is_listening_socket(fd: RawFd) -> io::Result<bool> {
     Ok(val != 0)
 }
 
-/// Changes the group of a path (for `--socket-group`).
-pub fn chown_group(path: &Path, gid: u32) -> io::Result<()> {
-    let c = cstring(path)?;
-    // SAFETY: c is a valid NUL-terminated string; -1 leaves the owner unchanged.
-    cvt(unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) })?;
+/// Changes the group of `name` in `dir` without following a symlink (for
+/// `--socket-group`).
+pub fn chown_group_at(dir: BorrowedFd<'_>, name: &Path, gid: u32) -> io::Result<()> {
+    let c = cstring(name)?;
+    // SAFETY: c is a valid NUL-terminated string and dir an open descriptor;
+    // -1 leaves the owner unchanged; a symlink is changed itself, never
+    // followed.
+    cvt(unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            u32::MAX,
+            gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
     Ok(())
+}
+
+/// Sets the process umask, returning the previous one.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: umask takes an integer and cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
 }
 
 /// Looks up a group id by name (or parses a number).
@@ -370,6 +387,26 @@ pub fn rename_at(
 
 /// The pid of the process at the other end of a Unix socket (SO_PEERCRED).
 pub fn peer_pid(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    peer_cred(fd).map(|c| c.pid)
+}
+
+/// Whether the process at the other end of a Unix socket is as privileged as
+/// this one: its uid (SO_PEERCRED) is 0 or this process's effective uid.
+/// Returns the peer's uid as the error otherwise.
+pub fn peer_trusted(fd: BorrowedFd<'_>) -> io::Result<Result<(), u32>> {
+    let uid = peer_cred(fd)?.uid;
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    Ok(if uid == 0 || uid == me {
+        Ok(())
+    } else {
+        Err(uid)
+    })
+}
+
+/// SO_PEERCRED of a Unix socket: who created the other end (for a connected
+/// client: the process that called `listen` on the server side).
+pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -386,17 +423,7 @@ pub fn peer_pid(fd: BorrowedFd<'_>) -> io::Result<i32> {
             &mut len,
         )
     })?;
-    Ok(cred.pid)
-}
-
-/// Sends SIGKILL to `pid`.
-pub fn kill_process(pid: i32) -> io::Result<()> {
-    if pid <= 0 {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
-    // SAFETY: kill takes integers only.
-    cvt(unsafe { libc::kill(pid, libc::SIGKILL) })?;
-    Ok(())
+    Ok(cred)
 }
 
 /// Makes `fd` the descriptor number `target` (dup2).
@@ -494,4 +521,76 @@ pub fn syslog(priority: libc::c_int, msg: &str) {
     // SAFETY: a constant "%s" format with exactly one argument, a valid
     // NUL-terminated string that lives across the call.
     unsafe { libc::syslog(priority, c"%s".as_ptr(), text.as_ptr()) };
+}
+
+/// This process's effective uid.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `setgroups(0, NULL)`: no supplementary groups (every thread, by glibc).
+pub fn drop_supplementary_groups() -> io::Result<()> {
+    // SAFETY: an empty list; the pointer is not read.
+    cvt(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+    Ok(())
+}
+
+/// Removes capability `cap` from the bounding set (a capability the running
+/// kernel does not know is skipped).
+pub fn drop_bounding_cap(cap: u32) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    match cvt(unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) }) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        r => r.map(drop),
+    }
+}
+
+/// Empties the ambient capability set.
+pub fn clear_ambient_caps() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })?;
+    Ok(())
+}
+
+/// `capset`: permitted = effective = `mask`, inheritable empty, for the
+/// calling thread (threads started later inherit it).
+pub fn set_caps(mask: u64) -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let word = |w: u32| Data {
+        effective: w,
+        permitted: w,
+        inheritable: 0,
+    };
+    let data = [word(mask as u32), word((mask >> 32) as u32)];
+    // SAFETY: header and data have the layout of the kernel's
+    // __user_cap_header_struct and two __user_cap_data_struct (version 3);
+    // both outlive the call.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+    cvt(r as libc::c_int)?;
+    Ok(())
 }

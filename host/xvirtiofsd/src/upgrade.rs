@@ -49,6 +49,10 @@ pub enum UpgradeError {
     NotConfirmed(String),
     #[error("descriptor {0} of the state is missing or used twice")]
     FdMissing(u32),
+    #[error("the peer on the control socket runs as uid {0}, neither root nor this process's uid: not trusted")]
+    UntrustedPeer(u32),
+    #[error("the running daemon's settings differ from this daemon's command line: {0}")]
+    Settings(String),
 }
 
 /// What the old daemon puts beside its device and file system.
@@ -88,14 +92,11 @@ pub fn hand_over(
             Ok(())
         }
         Err(e) => {
-            // The successor may hold our descriptors: make sure it never serves.
+            // The successor may hold our descriptors: ABORT tells it never to
+            // serve (it waits for COMMIT before it starts any queue), and
+            // `xvirtiofsd upgrade` kills a successor that does not confirm.
+            // (Not kill(2) from here: the sandboxed daemon may not signal.)
             let _ = handover::send(&peer, handover::ABORT, e.to_string().as_bytes(), &[]);
-            // (Never this process: a successor in the same process is a test.)
-            if let Ok(pid) = sys::peer_pid(peer.as_fd()) {
-                if pid != std::process::id() as i32 {
-                    let _ = sys::kill_process(pid);
-                }
-            }
             if let Err(re) = dev.resume() {
                 warn!("upgrade: cannot resume a queue: {re}");
             }
@@ -215,6 +216,14 @@ impl Incoming {
             })
     }
 
+    /// The descriptor at `index`, if not taken yet, without taking it.
+    pub fn peek(&self, index: u32) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.fds
+            .get(index as usize)
+            .and_then(Option::as_ref)
+            .map(AsFd::as_fd)
+    }
+
     /// The file-system descriptors, in the order of their indices.
     pub fn take_fs_fds(&mut self) -> Vec<OwnedFd> {
         let base = self.state.fs_fd_base as usize;
@@ -252,6 +261,13 @@ pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
     }
     let peer =
         UnixStream::connect(control).map_err(|e| UpgradeError::Control(control.into(), e))?;
+    // Whoever listens on the socket must be as privileged as this process,
+    // or it could hand over anything. Nothing is sent before this check.
+    match sys::peer_trusted(peer.as_fd()) {
+        Ok(Ok(())) => {}
+        Ok(Err(uid)) => return Err(UpgradeError::UntrustedPeer(uid)),
+        Err(e) => return Err(UpgradeError::Control(control.into(), e)),
+    }
     peer.set_read_timeout(Some(STEP_TIMEOUT))
         .map_err(|e| UpgradeError::Control(control.into(), e))?;
     (&peer)
@@ -322,12 +338,14 @@ pub fn wait_exited(pid: u32, timeout: Duration) -> bool {
 pub fn run_client(
     control: &Path,
     binary: &Path,
+    daemon_args: &[String],
     timeout: Duration,
 ) -> Result<String, UpgradeError> {
     let mut child = Command::new(binary);
     child
         .arg("--handover-from")
         .arg(control)
+        .args(daemon_args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());

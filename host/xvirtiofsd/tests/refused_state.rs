@@ -69,7 +69,11 @@ fn serve_with_control(
             control_path: control_path.display().to_string(),
             stats: OnceLock::new(),
         });
-        control::spawn(listener, status, Arc::clone(&slot), Arc::clone(&wake)).expect("spawn");
+        let spawn = |l| {
+            control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
+                .expect("spawn")
+        };
+        let mut thread = spawn(listener);
         let cfg = config(&dir);
         let r = loop {
             match conn.serve(&mut dev, Some(wake.as_fd())) {
@@ -91,6 +95,8 @@ fn serve_with_control(
                     };
                     let handed = upgrade::hand_over(&out, &mut dev, &conn, peer);
                     assert!(handed.is_err(), "the successor refused the state");
+                    // The control thread stops once it queued a handover.
+                    thread = spawn(thread.join().expect("control thread"));
                 }
                 Err(e) => break Err(e),
             }

@@ -3,7 +3,9 @@
 //! process ([`PassthroughFs::restore`]), checking everything received.
 
 use std::collections::HashSet;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 
 use super::state::{FsSnapshot, FsState, HandleState, InodeState};
 use super::table::RestoredInode;
@@ -128,6 +130,12 @@ impl PassthroughFs {
             {
                 return Err(bad(format!("node {}: descriptor does not match", i.id)));
             }
+            if !self.is_inside(fd.as_fd(), &st) {
+                return Err(bad(format!(
+                    "node {}: descriptor is not inside the shared directory",
+                    i.id
+                )));
+            }
             self.inodes.insert_restored(RestoredInode {
                 id: i.id,
                 fd,
@@ -164,4 +172,70 @@ impl PassthroughFs {
         }
         Ok(())
     }
+
+    /// Whether `fd` (stat `st`) names a file inside the shared directory:
+    /// the path the kernel reports for it, walked component by component
+    /// from the root descriptor without following symlinks, reaches the same
+    /// device and inode. The path may be relative to the predecessor's
+    /// sandbox root (the shared directory) or absolute on the host, so both
+    /// readings are tried; either way only a file reachable inside the share
+    /// is accepted. A deleted file (no links left) has no path: it is
+    /// accepted only on the shared directory's own device.
+    fn is_inside(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> bool {
+        let key = (st.st_dev, st.st_ino);
+        let root = self.inodes.root();
+        if key == root.key {
+            return true;
+        }
+        let Ok(link) = sys::readlinkat(self.proc_self_fd.as_fd(), &sys::fd_name(fd.as_raw_fd()))
+        else {
+            return false;
+        };
+        if st.st_nlink == 0 && link.ends_with(b" (deleted)") {
+            return st.st_dev == root.key.0;
+        }
+        let host_root = self.cfg.root_dir.as_os_str().as_bytes();
+        let mut candidates = vec![link.as_slice()];
+        if let Some(rest) = link.strip_prefix(host_root) {
+            if host_root == b"/" || rest.is_empty() || rest.starts_with(b"/") {
+                candidates.push(rest);
+            }
+        }
+        candidates
+            .into_iter()
+            .any(|p| walk_from(root.fd(), p).is_some_and(|k| k == key))
+    }
+}
+
+/// Device and inode of `path` (absolute or relative) looked up below `root`
+/// one component at a time: no symlink followed, no `..`, nothing empty.
+fn walk_from(root: BorrowedFd<'_>, path: &[u8]) -> Option<(u64, u64)> {
+    let parts: Vec<&[u8]> = path
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .collect();
+    let (last, dirs) = parts.split_last()?;
+    let mut held: Option<OwnedFd> = None;
+    for c in dirs {
+        let name = component(c)?;
+        let dir = held.as_ref().map_or(root, |f| f.as_fd());
+        let next = sys::openat(
+            dir,
+            &name,
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
+            0,
+        )
+        .ok()?;
+        held = Some(next);
+    }
+    let dir = held.as_ref().map_or(root, |f| f.as_fd());
+    let st = sys::fstatat(dir, &component(last)?, libc::AT_SYMLINK_NOFOLLOW).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
+fn component(c: &[u8]) -> Option<CString> {
+    if c == b"." || c == b".." {
+        return None;
+    }
+    CString::new(c).ok()
 }

@@ -1,0 +1,174 @@
+// Test code: unwrap/expect are fine here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The running daemon is confined (issue 12): as root it keeps exactly the
+//! documented capabilities (or what `--modcaps` makes of them) in its
+//! effective, permitted and bounding sets, no supplementary group, and
+//! lives in its own mount, network and IPC namespaces. Checked from outside
+//! through /proc/PID while the daemon waits for its front-end (it enters
+//! its sandbox before that). Needs root.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// chown, dac_override, fowner, fsetid, setgid, setuid, mknod, setfcap.
+const DOCUMENTED: u64 = 0x8800_00db;
+const CAP_SYS_ADMIN: u64 = 1 << 21;
+const CAP_MKNOD: u64 = 1 << 27;
+
+struct Running {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start(name: &str, extra: &[&str]) -> Running {
+    let dir = std::env::temp_dir().join(format!("xvfs-confine-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("share")).unwrap();
+    let sock = dir.join("vhost.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_xvirtiofsd"))
+        .arg("--shared-dir")
+        .arg(dir.join("share"))
+        .arg("--socket-path")
+        .arg(&sock)
+        .arg("--control")
+        .arg(dir.join("ctl.sock"))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = Running { child, dir };
+    // Confined once it listens: the sandbox comes before accept().
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !is_waiting(&r) {
+        assert!(Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r
+}
+
+/// The socket exists and the capabilities have changed from the test's own
+/// (root's full set).
+fn is_waiting(r: &Running) -> bool {
+    r.dir.join("vhost.sock").exists()
+        && caps(r.child.id(), "CapBnd") != caps(std::process::id(), "CapBnd")
+}
+
+fn status_field(pid: u32, key: &str) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in status"))
+        .trim()
+        .to_string()
+}
+
+fn caps(pid: u32, key: &str) -> u64 {
+    u64::from_str_radix(&status_field(pid, key), 16).unwrap()
+}
+
+fn ns(pid: &str, which: &str) -> PathBuf {
+    std::fs::read_link(Path::new("/proc").join(pid).join("ns").join(which)).unwrap()
+}
+
+fn root() {
+    // SAFETY: geteuid has no arguments.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root");
+}
+
+#[test]
+fn the_daemon_keeps_only_the_documented_capabilities_and_no_groups() {
+    root();
+    let d = start("caps", &[]);
+    let pid = d.child.id();
+    assert_eq!(caps(pid, "CapEff"), DOCUMENTED, "CapEff");
+    assert_eq!(caps(pid, "CapPrm"), DOCUMENTED, "CapPrm");
+    assert_eq!(caps(pid, "CapBnd"), DOCUMENTED, "CapBnd");
+    assert_eq!(caps(pid, "CapInh"), 0, "CapInh");
+    assert_eq!(caps(pid, "CapAmb"), 0, "CapAmb");
+    assert_eq!(status_field(pid, "Groups"), "", "supplementary groups");
+    for which in ["mnt", "net", "ipc"] {
+        assert_ne!(
+            ns(&pid.to_string(), which),
+            ns("self", which),
+            "{which} namespace"
+        );
+    }
+}
+
+#[test]
+fn modcaps_adds_and_removes_with_virtiofsd_syntax() {
+    root();
+    let d = start("modcaps", &["--modcaps=+sys_admin:-MKNOD"]);
+    let want = (DOCUMENTED | CAP_SYS_ADMIN) & !CAP_MKNOD;
+    assert_eq!(caps(d.child.id(), "CapEff"), want);
+    let d = start("modcaps-o", &["-o", "modcaps=-mknod"]);
+    assert_eq!(caps(d.child.id(), "CapEff"), DOCUMENTED & !CAP_MKNOD);
+}
+
+#[test]
+fn bad_modcaps_is_a_usage_error_and_none_modes_warn() {
+    let out = Command::new(env!("CARGO_BIN_EXE_xvirtiofsd"))
+        .args(["--shared-dir", "/", "--socket-path", "/nonexistent/s"])
+        .arg("--modcaps=+no_such_cap")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_cap"));
+
+    root();
+    let mut d = start("none", &["--sandbox", "none", "--seccomp", "none"]);
+    let _ = d.child.kill();
+    let out = d.child.wait_with_output_stderr();
+    assert!(
+        out.contains("--sandbox none:") && out.contains("whole host file system"),
+        "{out}"
+    );
+    assert!(
+        out.contains("--seccomp none:") && out.contains("execve"),
+        "{out}"
+    );
+}
+
+trait StderrOf {
+    fn wait_with_output_stderr(&mut self) -> String;
+}
+
+impl StderrOf for Child {
+    fn wait_with_output_stderr(&mut self) -> String {
+        use std::io::Read;
+        let _ = self.wait();
+        let mut s = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+/// Under the daemon's filter (`--seccomp kill`), execve kills the process:
+/// a compromised daemon cannot run a program.
+#[test]
+fn the_seccomp_filter_kills_an_execve() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let prog = xvirtiofsd::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
+    let mut cmd = Command::new("/bin/true");
+    // SAFETY: the closure only makes the two system calls of
+    // seccomp_install on a program built before fork; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || xvirtiofsd::sys::seccomp_install(&prog));
+    }
+    let status = cmd.status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGSYS), "{status:?}");
+    // Without the filter the same program runs.
+    assert!(Command::new("/bin/true").status().unwrap().success());
+}

@@ -1,0 +1,239 @@
+// Test code: unwrap/expect are fine here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! A live-upgrade successor trusts neither the peer on the control socket nor
+//! the settings it receives (issue 12): an unprivileged peer is refused on
+//! both sides, and a state whose shared directory or sandbox differs from
+//! the successor's own command line is refused. The running daemon keeps
+//! serving in every case.
+//!
+//! The old daemon runs in this process; the successor is the real
+//! `Daemon::take_over`, also in this process (it is refused before it could
+//! take anything over). Needs root, to play an unprivileged peer.
+
+mod common;
+
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use clap::Parser;
+use common::*;
+use virtio_fs_ext::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
+use virtio_fs_ext::state::ConfigState;
+use xvirtiofsd::cli::Opt;
+use xvirtiofsd::control::{self, HandoverSlot, StatusInfo};
+use xvirtiofsd::daemon::Daemon;
+use xvirtiofsd::upgrade::{self, Outgoing};
+use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
+
+const NOBODY: u32 = 65534;
+
+fn config(dir: &Path) -> ConfigState {
+    ConfigState {
+        shared_dir: dir.display().to_string(),
+        cache: CacheMode::Auto,
+        xattr: false,
+        readonly: false,
+        writeback: false,
+        allow_direct_io: false,
+        readdirplus: true,
+        sandbox: SandboxMode::None,
+        seccomp: SeccompAction::None,
+        queues: 1,
+        poll_mode: PollMode::Never,
+        poll_us: 0,
+        poll_cpu_max: 100,
+        syslog: false,
+        preserve_noatime: false,
+        queue_cpus: Vec::new(),
+        metrics_file: None,
+        log_level: LogLevel::Info,
+        socket_path: None,
+    }
+}
+
+/// The old daemon's loop with its control socket (world-writable, so that
+/// an unprivileged process can ask it for a handover); every handover must
+/// fail, and it resumes.
+fn serve_with_control(
+    dir: PathBuf,
+    control_path: PathBuf,
+) -> impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static {
+    move |mut dev, theirs| {
+        let mut conn = Connection::new(theirs);
+        let wake = Arc::new(xvirtiofsd::sys::eventfd().expect("eventfd"));
+        let slot: HandoverSlot = Arc::new(Mutex::new(None));
+        let listener = control::bind(&control_path).expect("control socket");
+        std::fs::set_permissions(&control_path, std::fs::Permissions::from_mode(0o666))
+            .expect("chmod control socket");
+        let status = Arc::new(StatusInfo {
+            version: "test",
+            started_unix_ms: 0,
+            upgrades: 0,
+            shared_dir: String::new(),
+            connection: String::new(),
+            control_path: control_path.display().to_string(),
+            stats: OnceLock::new(),
+        });
+        let spawn = |l| {
+            control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
+                .expect("spawn")
+        };
+        let mut thread = spawn(listener);
+        let cfg = config(&dir);
+        let r = loop {
+            match conn.serve(&mut dev, Some(wake.as_fd())) {
+                Ok(ServeEnd::Disconnected) => break Ok(()),
+                Ok(ServeEnd::Interrupted) => {
+                    let _ = xvirtiofsd::sys::eventfd_drain(wake.as_fd());
+                    let Some(peer) = slot.lock().expect("slot").take() else {
+                        continue;
+                    };
+                    let server = Arc::clone(dev.server_arc());
+                    let out = Outgoing {
+                        config: &cfg,
+                        started_unix_ms: 0,
+                        upgrades: 0,
+                        control_fd: None,
+                        control_path: None,
+                        pid_files: &[],
+                        server: &server,
+                    };
+                    let handed = upgrade::hand_over(&out, &mut dev, &conn, peer);
+                    assert!(handed.is_err(), "every forged handover is refused");
+                    // The control thread stops once it queued a handover.
+                    thread = spawn(thread.join().expect("control thread"));
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        dev.stop_all();
+        r
+    }
+}
+
+fn getattr_ok(vmm: &mut Vmm) {
+    let (err, _) = vmm.fuse(1, FUSE_GETATTR, 1, &[0u8; 16]);
+    assert_eq!(err, 0, "the running daemon keeps serving");
+}
+
+fn successor_opt(control: &Path, args: &[&str]) -> Opt {
+    let mut o = Opt::try_parse_from(
+        ["xvirtiofsd", "--handover-from", control.to_str().unwrap()]
+            .into_iter()
+            .chain(args.iter().copied()),
+    )
+    .unwrap();
+    o.resolve().unwrap();
+    o
+}
+
+fn take_over_err(control: &Path, args: &[&str]) -> String {
+    match Daemon::take_over(control, &successor_opt(control, args)) {
+        Ok(_) => panic!("a forged handover was accepted ({args:?})"),
+        Err(e) => xvirtiofsd::error_chain(&e),
+    }
+}
+
+/// Runs a Python snippet as uid 65534.
+fn as_nobody(script: &str, args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 as nobody")
+}
+
+#[test]
+fn forged_handovers_are_refused_and_the_daemon_serves_on() {
+    // SAFETY: geteuid has no arguments.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root");
+    let dir = scratch_dir("forged");
+    let other = scratch_dir("forged-other");
+    let control_path = dir.with_extension("ctl.sock");
+    let serve = serve_with_control(dir.clone(), control_path.clone());
+    let mut vmm = Vmm::start_serving(&dir, DeviceConfig::new(2), serve);
+    vmm.negotiate();
+    vmm.setup_queues(2);
+    vmm.fuse_init(1);
+    getattr_ok(&mut vmm);
+    let d = dir.to_str().unwrap();
+    let none = ["--sandbox", "none", "--seccomp", "none"];
+
+    // Another shared directory than the running daemon's.
+    let o = other.to_str().unwrap();
+    let e = take_over_err(&control_path, &[&["--shared-dir", o][..], &none].concat());
+    assert!(e.contains("shared directory"), "{e}");
+    getattr_ok(&mut vmm);
+
+    // The successor's own sandbox and seccomp (defaults) differ from the
+    // state's: the state cannot switch them off.
+    let e = take_over_err(&control_path, &["--shared-dir", d]);
+    assert!(e.contains("sandbox") && e.contains("seccomp"), "{e}");
+    getattr_ok(&mut vmm);
+    let e = take_over_err(
+        &control_path,
+        &[&["--shared-dir", d, "--readonly"][..], &none].concat(),
+    );
+    assert!(e.contains("readonly"), "{e}");
+    getattr_ok(&mut vmm);
+
+    // An unprivileged process asking the running daemon for a handover.
+    let mut asker = as_nobody(
+        "import socket,sys\n\
+         s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+         s.sendall(b'handover\\n'); s.settimeout(10)\n\
+         print(s.recv(100).decode().strip())",
+        &[control_path.to_str().unwrap()],
+    );
+    let mut answer = String::new();
+    asker
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut answer)
+        .unwrap();
+    asker.wait().unwrap();
+    assert_eq!(answer.trim(), "error: not trusted");
+    getattr_ok(&mut vmm);
+
+    // An unprivileged process listening where the operator pointed the
+    // successor: the successor sends it nothing and gives up.
+    let fake_dir = scratch_dir("forged-fake");
+    std::fs::set_permissions(&fake_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let fake = fake_dir.join("fake.sock");
+    let mut listener = as_nobody(
+        "import socket,sys\n\
+         s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)\n\
+         print('listening', flush=True)\n\
+         c,_=s.accept(); c.settimeout(5)\n\
+         try:\n  n=len(c.recv(100))\nexcept Exception:\n  n=-1\n\
+         print('received', n, flush=True)",
+        &[fake.to_str().unwrap()],
+    );
+    let mut out = listener.stdout.take().unwrap();
+    let mut first = [0u8; 10];
+    out.read_exact(&mut first).unwrap();
+    let e = take_over_err(&fake, &[&["--shared-dir", d][..], &none].concat());
+    assert!(e.contains("uid 65534") && e.contains("not trusted"), "{e}");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    listener.wait().unwrap();
+    assert_eq!(rest.trim(), "received 0", "the successor sent nothing");
+    getattr_ok(&mut vmm);
+
+    vmm.shutdown().expect("clean disconnect");
+    let _ = std::fs::remove_file(&control_path);
+    let _ = std::fs::remove_dir_all(&fake_dir);
+    let _ = std::fs::remove_dir_all(&other);
+    let _ = std::fs::remove_dir_all(&dir);
+}
