@@ -18,6 +18,12 @@ pub enum Expr {
         kind: String,
         params: Vec<(String, Expr)>,
     },
+    /// Arithmetic in `set`: `lhs op rhs` with `op` one of `+ - * / %`.
+    Binary {
+        op: char,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
 }
 
 impl fmt::Display for Expr {
@@ -27,6 +33,7 @@ impl fmt::Display for Expr {
             Expr::Var(v) => write!(f, "${v}"),
             Expr::Str(s) => write!(f, "\"{s}\""),
             Expr::Cvar { kind, .. } => write!(f, "cvar(type={kind},…)"),
+            Expr::Binary { op, lhs, rhs } => write!(f, "({lhs} {op} {rhs})"),
         }
     }
 }

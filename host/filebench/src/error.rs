@@ -32,7 +32,7 @@ impl std::error::Error for ParseError {}
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The workload text is malformed or uses something the runner cannot run.
-    #[error("{0}")]
+    #[error(transparent)]
     Parse(#[from] ParseError),
     /// Reading the workload file failed.
     #[error("cannot read {path}")]

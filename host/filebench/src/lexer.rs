@@ -3,7 +3,8 @@
 //! The language is line oriented: a statement ends at a newline, except inside
 //! the braces of `define process` / `thread` blocks, where flowops follow one
 //! another line by line. `#` starts a comment (outside quotes), a backslash at
-//! the end of a line continues the statement on the next line.
+//! the end of a line continues the statement on the next line, and so does a
+//! trailing comma (`define fileset name=a,⏎ path=…`), as in Filebench.
 
 use crate::error::ParseError;
 
@@ -67,10 +68,13 @@ pub fn tokenize(file: &str, src: &str) -> Result<Vec<Token>, ParseError> {
         let c = chars[i];
         match c {
             '\n' => {
-                out.push(Token {
-                    kind: Tok::Newline,
-                    line,
-                });
+                // After a trailing comma the statement goes on.
+                if out.last().map(|t: &Token| &t.kind) != Some(&Tok::Comma) {
+                    out.push(Token {
+                        kind: Tok::Newline,
+                        line,
+                    });
+                }
                 line += 1;
                 i += 1;
             }
@@ -201,6 +205,29 @@ mod tests {
         assert_eq!(toks[1].kind, Tok::Word("b".into()));
         assert_eq!(toks[1].line, 2);
         assert_eq!(toks[3].line, 3);
+    }
+
+    #[test]
+    fn a_trailing_comma_continues_the_statement() {
+        let t = tokenize("f", "a x=1,\n  # note\n  y=2\nb").unwrap();
+        let k: Vec<Tok> = t.iter().map(|t| t.kind.clone()).collect();
+        assert_eq!(
+            k,
+            vec![
+                Tok::Word("a".into()),
+                Tok::Word("x".into()),
+                Tok::Eq,
+                Tok::Word("1".into()),
+                Tok::Comma,
+                Tok::Word("y".into()),
+                Tok::Eq,
+                Tok::Word("2".into()),
+                Tok::Newline,
+                Tok::Word("b".into()),
+                Tok::Newline,
+            ]
+        );
+        assert_eq!(t[5].line, 3, "y is on line 3");
     }
 
     #[test]

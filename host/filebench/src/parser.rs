@@ -213,7 +213,7 @@ impl Parser<'_> {
         if self.at_statement_end() {
             return Err(self.err(line, format!("set ${name} has no value")));
         }
-        let value = self.value()?;
+        let value = self.sum()?;
         Ok(StmtKind::SetVar {
             name: name.to_string(),
             value,
@@ -362,6 +362,55 @@ impl Parser<'_> {
             }
         }
         Ok(Attrs(out))
+    }
+
+    /// The operator at the cursor, if the next word is one of `ops`.
+    fn operator(&self, ops: &[char]) -> Option<char> {
+        match self.peek() {
+            Some(Tok::Word(w)) if w.len() == 1 => w.chars().next().filter(|c| ops.contains(c)),
+            _ => None,
+        }
+    }
+
+    /// `term (('+' | '-') term)*`, Filebench's arithmetic in `set`.
+    fn sum(&mut self) -> Result<Expr, ParseError> {
+        let mut e = self.product()?;
+        while let Some(op) = self.operator(&['+', '-']) {
+            self.next();
+            let rhs = self.product()?;
+            e = Expr::Binary {
+                op,
+                lhs: Box::new(e),
+                rhs: Box::new(rhs),
+            };
+        }
+        Ok(e)
+    }
+
+    /// `factor (('*' | '/' | '%') factor)*`.
+    fn product(&mut self) -> Result<Expr, ParseError> {
+        let mut e = self.factor()?;
+        while let Some(op) = self.operator(&['*', '/', '%']) {
+            self.next();
+            let rhs = self.factor()?;
+            e = Expr::Binary {
+                op,
+                lhs: Box::new(e),
+                rhs: Box::new(rhs),
+            };
+        }
+        Ok(e)
+    }
+
+    /// A value, or a parenthesized sum.
+    fn factor(&mut self) -> Result<Expr, ParseError> {
+        if self.peek() == Some(&Tok::LParen) {
+            self.next();
+            let e = self.sum()?;
+            self.expect(Tok::RParen)?;
+            return Ok(e);
+        }
+        self.value()
     }
 
     fn value(&mut self) -> Result<Expr, ParseError> {

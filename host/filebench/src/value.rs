@@ -106,6 +106,26 @@ impl Vars {
                 }
                 Ok(Value::Gamma { mean, shape })
             }
+            Expr::Binary { op, lhs, rhs } => {
+                let (a, b) = (self.number(lhs)?, self.number(rhs)?);
+                let v = match op {
+                    '+' => a + b,
+                    '-' => a - b,
+                    '*' => a * b,
+                    '/' | '%' if b == 0.0 => return Err(format!("{e}: division by zero")),
+                    '/' => a / b,
+                    _ => a % b,
+                };
+                if !v.is_finite() || v < 0.0 {
+                    return Err(format!("{e} is {v}, not a size or count"));
+                }
+                // Whole results print as integers, as Filebench's do.
+                Ok(Value::Text(if v.fract() == 0.0 && v < 1e18 {
+                    format!("{}", v as u64)
+                } else {
+                    format!("{v}")
+                }))
+            }
         }
     }
 

@@ -250,3 +250,31 @@ fn malformed_files_name_the_line() {
         assert_eq!(&err(src), want, "source:\n{src}");
     }
 }
+
+#[test]
+fn a_trailing_comma_continues_a_statement_as_in_filebench() {
+    let s = ok("define fileset name=manyfiles,\n  path=/tmp,size=4k,\n\n  entries=2\nrun 1\n");
+    assert_eq!(s.stmts.len(), 2);
+    assert_eq!(s.stmts[1].line, 5);
+}
+
+#[test]
+fn arithmetic_in_set_follows_precedence_and_parentheses() {
+    use xvfs_filebench::value::Vars;
+    let s = ok("set $n=10\nset $t=$n * 3 + 2\nset $u=( $n + 2 ) * 4k\nset $v=$n / 4 - 1\n");
+    let mut vars = Vars::default();
+    let mut got = Vec::new();
+    for st in &s.stmts {
+        if let StmtKind::SetVar { name, value } = &st.kind {
+            let v = vars.eval(value).unwrap();
+            vars.set(name, v);
+            got.push(vars.text(&Expr::Var(name.clone())).unwrap());
+        }
+    }
+    assert_eq!(got, vec!["10", "32", "49152", "1.5"]);
+    let zero = ok("set $z=1 / 0\n");
+    let StmtKind::SetVar { value, .. } = &zero.stmts[0].kind else {
+        panic!("not a set")
+    };
+    assert!(vars.eval(value).unwrap_err().contains("division by zero"));
+}

@@ -425,3 +425,20 @@ shutdown processes
     assert!((20..=60).contains(&ops), "{ops}");
     assert!(e.transcript.iter().any(|l| l.contains("IO Summary:")));
 }
+
+#[test]
+fn an_error_is_one_line_printed_once() {
+    let dir = tmpdir("errline");
+    let f = dir.join("bad.f");
+    std::fs::write(&f, "set $a=1\ndefine bogus x\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xfilebench"))
+        .arg("-f")
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("{}:2: cannot define 'bogus'", f.display());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches(&want).count(), 1, "{err}");
+}
