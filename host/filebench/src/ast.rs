@@ -123,8 +123,8 @@ impl FlowopKind {
         ("write", FlowopKind::Write),
         ("fsync", FlowopKind::Fsync),
         ("fsyncset", FlowopKind::FsyncSet),
-        ("mkdir", FlowopKind::Mkdir),
-        ("rmdir", FlowopKind::Rmdir),
+        ("makedir", FlowopKind::Mkdir),
+        ("removedir", FlowopKind::Rmdir),
         ("listdir", FlowopKind::ListDir),
         ("delay", FlowopKind::Delay),
         ("hog", FlowopKind::Hog),
@@ -142,8 +142,16 @@ impl FlowopKind {
         ("wakeup", FlowopKind::Wakeup),
     ];
 
+    /// Names this runner accepted before it used Filebench's.
+    const ALIASES: &'static [(&'static str, FlowopKind)] =
+        &[("mkdir", FlowopKind::Mkdir), ("rmdir", FlowopKind::Rmdir)];
+
     pub fn from_name(name: &str) -> Option<FlowopKind> {
-        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+        Self::ALL
+            .iter()
+            .chain(Self::ALIASES)
+            .find(|(n, _)| *n == name)
+            .map(|(_, k)| *k)
     }
 
     pub fn name(self) -> &'static str {
@@ -319,6 +327,13 @@ pub enum StmtKind {
     EnableLathist,
     /// `system "command"`.
     System(Expr),
+    /// `vars`: print every variable.
+    Vars,
+    /// `list`: print the filesets and processes defined.
+    List,
+    /// A statement parsed but not honoured (`debug N`, `enable multi`):
+    /// one warning with what differs, and the run goes on.
+    Unhonoured { what: String, why: &'static str },
     /// `quit`.
     Quit,
 }
@@ -351,6 +366,7 @@ pub const FILESET_ATTRS: &[&str] = &[
     "readonly",
     "trusttree",
     "leafdirs",
+    "cached",
 ];
 
 /// Attributes of `define process`.

@@ -256,9 +256,47 @@ impl Engine {
                     }
                 }
                 StmtKind::Quit => break,
+                StmtKind::Vars | StmtKind::List | StmtKind::Unhonoured { .. } => {
+                    self.inspect(line, &st.kind)
+                }
             }
         }
         Ok(())
+    }
+
+    /// `vars`, `list`, and the warning of a statement not honoured.
+    fn inspect(&mut self, line: usize, kind: &StmtKind) {
+        match kind {
+            StmtKind::Vars => {
+                for (k, v) in self.vars.all() {
+                    self.say(format!("${k} = {v}"));
+                }
+            }
+            StmtKind::List => {
+                let mut names: Vec<String> = self
+                    .fileset_defs
+                    .iter()
+                    .map(|(_, a, f)| (a, if *f { "file" } else { "fileset" }))
+                    .chain(self.process_defs.iter().map(|(_, a, _)| (a, "process")))
+                    .map(|(a, what)| {
+                        let n = a.get("name").and_then(|x| x.value.as_ref());
+                        format!("{what} {}", n.map(|e| e.to_string()).unwrap_or_default())
+                    })
+                    .collect();
+                names.extend(
+                    self.filesets
+                        .iter()
+                        .map(|f| format!("fileset {} (created)", f.spec.name)),
+                );
+                for n in names {
+                    self.say(n);
+                }
+            }
+            StmtKind::Unhonoured { what, why } => {
+                eprintln!("xfilebench: warning: {}:{line}: {what}: {why}", self.file);
+            }
+            _ => {}
+        }
     }
 
     fn sleep(&mut self, secs: f64) {
@@ -330,9 +368,10 @@ impl Engine {
         };
         let name = text("name")?.ok_or_else(|| self.err(line, "fileset needs name"))?;
         let path = text("path")?.ok_or_else(|| self.err(line, "fileset needs path"))?;
+        // No size: empty files (Filebench's default of 0).
         let size = match attrs.get("size") {
             Some(Attr { value: Some(v), .. }) => self.vars.eval(v).map_err(ev)?,
-            _ => return Err(self.err(line, format!("fileset {name} needs size=…"))),
+            _ => Value::Text("0".into()),
         };
         if let Value::Text(t) = &size {
             if crate::value::parse_number(t).is_none() {
@@ -387,6 +426,7 @@ impl Engine {
             readonly: flag("readonly")?,
             trusttree: flag("trusttree")?,
             leafdirs: num("leafdirs")?.unwrap_or(0.0) as u64,
+            purge: attrs.has("cached") && !flag("cached")?,
         })
     }
 
@@ -531,8 +571,8 @@ impl Engine {
                     .map(|m| m as u64)
                     .unwrap_or(DEFAULT_MEMSIZE);
                 let mut ops = Vec::new();
-                for (k, f) in t.flowops.iter().enumerate() {
-                    ops.push(self.compile_op(k, f, &t.flowops, shared, &quotas, &events)?);
+                for f in &t.flowops {
+                    ops.push(self.compile_op(f, &t.flowops, shared, &quotas, &events)?);
                 }
                 for p in 0..pinst.max(1) {
                     for i in 0..tinst.max(1) {
@@ -598,7 +638,6 @@ impl Engine {
 
     fn compile_op(
         &self,
-        k: usize,
         f: &FlowopDef,
         all: &[FlowopDef],
         shared: &Shared,
@@ -640,28 +679,6 @@ impl Engine {
                 line,
                 format!("flowop {name}: {} needs filesetname=…", f.kind.name()),
             ));
-        }
-        let needs_fd_or_file = matches!(
-            f.kind,
-            FlowopKind::Read
-                | FlowopKind::Write
-                | FlowopKind::AioWrite
-                | FlowopKind::ReadWholeFile
-                | FlowopKind::WriteWholeFile
-                | FlowopKind::AppendFile
-                | FlowopKind::AppendFileRand
-        );
-        if needs_fd_or_file && fileset.is_none() && fd.is_none() {
-            return Err(self.err(
-                line,
-                format!(
-                    "flowop {name}: {} needs fd=… or filesetname=…",
-                    f.kind.name()
-                ),
-            ));
-        }
-        if matches!(f.kind, FlowopKind::CloseFile | FlowopKind::Fsync) && fd.is_none() {
-            return Err(self.err(line, format!("flowop {name}: {} needs fd=…", f.kind.name())));
         }
         let wholefile = matches!(
             f.kind,
@@ -716,6 +733,7 @@ impl Engine {
             }
             _ => None,
         };
+        // Without an eventgen rate a limit flowop does nothing (Filebench).
         let is_limit = matches!(
             f.kind,
             FlowopKind::EventLimit
@@ -723,22 +741,14 @@ impl Engine {
                 | FlowopKind::OpsLimit
                 | FlowopKind::BwLimit
         );
-        if is_limit && events.is_none() {
-            return Err(self.err(
-                line,
-                format!(
-                    "flowop {name}: {} needs an 'eventgen rate=…' above 0",
-                    f.kind.name()
-                ),
-            ));
-        }
         let highwater = self.attr_num(a, "highwater", line)?.map(|v| v as i64);
         Ok(Op {
             line,
             name: name.clone(),
             kind: f.kind,
             fileset,
-            fd: fd.unwrap_or(1_000_000 + k),
+            // No fd=: Filebench's default descriptor of the thread, 0.
+            fd: fd.unwrap_or(0),
             srcfd: self.attr_num(a, "srcfd", line)?.map(|v| v as usize),
             iosize,
             random: self.attr_flag(a, "random")?,

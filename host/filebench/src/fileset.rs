@@ -53,6 +53,8 @@ pub struct FilesetSpec {
     pub readonly: bool,
     pub trusttree: bool,
     pub leafdirs: u64,
+    /// `cached=false`: preallocated files are dropped from the page cache.
+    pub purge: bool,
 }
 
 /// One file (or leaf directory) of a fileset.
@@ -468,7 +470,7 @@ impl Fileset {
                         }
                     }
                 }
-                write_file(&e.path, e.size)
+                write_file(&e.path, e.size, self.spec.purge)
             } else if self.spec.reuse && !self.spec.trusttree {
                 match fs::remove_file(&e.path) {
                     Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
@@ -517,8 +519,9 @@ impl Fileset {
     }
 }
 
-/// Writes a file of `size` bytes (non-zero pattern, 1 MiB writes).
-pub fn write_file(path: &Path, size: u64) -> io::Result<()> {
+/// Writes a file of `size` bytes (non-zero pattern, 1 MiB writes); with
+/// `purge`, then drops it from the page cache.
+pub fn write_file(path: &Path, size: u64, purge: bool) -> io::Result<()> {
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -532,6 +535,9 @@ pub fn write_file(path: &Path, size: u64) -> io::Result<()> {
         let n = left.min(buf.len() as u64) as usize;
         f.write_all(&buf[..n])?;
         left -= n as u64;
+    }
+    if purge {
+        crate::sys::drop_from_cache(&f)?;
     }
     Ok(())
 }

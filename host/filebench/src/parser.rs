@@ -168,12 +168,34 @@ impl Parser<'_> {
             "usage" => StmtKind::Usage(self.text(line, "usage")?),
             "system" => StmtKind::System(self.text(line, "system")?),
             "enable" => {
-                let (what, l) = self.word("lathist")?;
-                if what != "lathist" {
-                    return Err(self.err(l, format!("cannot enable '{what}' (lathist)")));
+                let (what, l) = self.word("lathist or multi")?;
+                match what.as_str() {
+                    "lathist" => StmtKind::EnableLathist,
+                    "multi" => {
+                        // `enable multi master=… client=…`: the attributes
+                        // are read and dropped with the warning.
+                        while !self.at_statement_end() {
+                            self.next();
+                        }
+                        StmtKind::Unhonoured {
+                            what: "enable multi".into(),
+                            why: "multi-client synchronisation is not implemented; this runs as one client",
+                        }
+                    }
+                    _ => {
+                        return Err(self.err(l, format!("cannot enable '{what}' (lathist, multi)")))
+                    }
                 }
-                StmtKind::EnableLathist
             }
+            "debug" => {
+                let level = self.optional_value()?;
+                StmtKind::Unhonoured {
+                    what: format!("debug {}", level.map(|e| e.to_string()).unwrap_or_default()),
+                    why: "xfilebench has no debug levels (it always prints its own errors)",
+                }
+            }
+            "vars" => StmtKind::Vars,
+            "list" => StmtKind::List,
             "quit" => StmtKind::Quit,
             "{" | "}" => return Err(self.err(line, format!("unexpected '{kw}'"))),
             other => return Err(self.err(line, format!("unknown statement '{other}'"))),

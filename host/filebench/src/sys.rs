@@ -23,6 +23,21 @@ pub fn sync() {
     unsafe { libc::sync() };
 }
 
+/// Writes `f` back and drops its pages from the page cache
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)`), as Filebench does for a fileset
+/// with `cached=false`.
+pub fn drop_from_cache(f: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    f.sync_data()?;
+    // SAFETY: a valid open descriptor and plain integer arguments; the
+    // call only gives the kernel advice.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 /// Writes back dirty data and drops the page, dentry and inode caches
 /// (needs root).
 pub fn drop_caches() -> io::Result<()> {

@@ -63,7 +63,7 @@ fn set_variables_and_modes() {
 
 #[test]
 fn define_fileset_with_every_attribute() {
-    let s = ok("define fileset name=fs,path=/tmp,size=cvar(type=cvar-gamma,parameters=mean:16k;gamma:1.5),entries=100,dirwidth=10,dirgamma=0,filesizegamma=1500,prealloc=80,reuse,paralloc,readonly,trusttree,leafdirs=5\n");
+    let s = ok("define fileset name=fs,path=/tmp,size=cvar(type=cvar-gamma,parameters=mean:16k;gamma:1.5),entries=100,dirwidth=10,dirgamma=0,filesizegamma=1500,prealloc=80,reuse,paralloc,readonly,trusttree,leafdirs=5,cached=false\n");
     let StmtKind::DefineFileset { attrs, is_file } = &s.stmts[0].kind else {
         panic!()
     };

@@ -132,6 +132,7 @@ fn fileset_sizes_and_widths_have_the_requested_means() {
             readonly: false,
             trusttree: false,
             leafdirs: 0,
+            purge: false,
         };
         let fs = Fileset::layout(spec, &mut Rng::new(42)).unwrap();
         let st = fs.stats();
@@ -386,10 +387,8 @@ run 1
         &d,
         "define process name=p\n{\n thread name=t\n {\n  flowop eventlimit name=e1\n }\n}\nrun 1\n",
     );
-    assert_eq!(
-        r.unwrap_err().to_string(),
-        "t.f:5: flowop e1: eventlimit needs an 'eventgen rate=…' above 0"
-    );
+    // Without an eventgen rate a limit flowop does nothing, as in Filebench.
+    assert!(r.is_ok(), "{r:?}");
     let (_, r) = run(&d, "set $x=$undefined\n");
     assert_eq!(
         r.unwrap_err().to_string(),
@@ -441,4 +440,45 @@ fn an_error_is_one_line_printed_once() {
     let want = format!("{}:2: cannot define 'bogus'", f.display());
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(err.matches(&want).count(), 1, "{err}");
+}
+
+#[test]
+fn without_fd_every_flowop_uses_the_default_descriptor() {
+    let d = tmpdir("defaultfd");
+    let (e, r) = run(
+        &d,
+        "define fileset name=a,path=$dir,size=4k,entries=8,prealloc,cached=false\n\
+         define process name=p\n{\n thread name=t\n {\n\
+          flowop openfile name=o,filesetname=a\n\
+          flowop write name=w,iosize=4k\n\
+          flowop fsync name=f\n\
+          flowop closefile name=c\n\
+          flowop finishoncount name=done,value=50,target=o\n }\n}\nrun 5\n",
+    );
+    r.unwrap();
+    let (o, w, f, c) = (
+        flowop_ops(&e, "o"),
+        flowop_ops(&e, "w"),
+        flowop_ops(&e, "f"),
+        flowop_ops(&e, "c"),
+    );
+    assert!(o >= 50, "open {o}");
+    for (what, n) in [("write", w), ("fsync", f), ("close", c)] {
+        assert!(o.abs_diff(n) <= 1, "{what} {n} vs open {o}");
+    }
+}
+
+#[test]
+fn makedir_and_removedir_are_filebench_names() {
+    let d = tmpdir("dirs");
+    let (e, r) = run(
+        &d,
+        "define fileset name=a,path=$dir,size=0,entries=100,dirwidth=5,leafdirs=20\n\
+         define process name=p\n{\n thread name=t\n {\n\
+          flowop makedir name=m,filesetname=a\n\
+          flowop removedir name=r,filesetname=a\n }\n}\nrun 1\n",
+    );
+    r.unwrap();
+    assert!(flowop_ops(&e, "m") > 0);
+    assert!(flowop_ops(&e, "r") > 0);
 }
