@@ -28,6 +28,8 @@ use crate::value::{Value, Vars};
 pub const DEFAULT_RUNTIME_S: f64 = 60.0;
 pub const DEFAULT_MEMSIZE: u64 = 1 << 20;
 pub const DEFAULT_IOSIZE: u64 = 8 << 10;
+/// The largest draw of a random `iosize` (it sizes each thread's buffer).
+pub const MAX_RANDOM_IOSIZE: u64 = 16 << 20;
 pub const DEFAULT_WHOLEFILE_IOSIZE: u64 = 1 << 20;
 pub const DEFAULT_DIRWIDTH: f64 = 20.0;
 /// Filebench's default `dirgamma` (1500, i.e. shape 1.5).
@@ -624,6 +626,37 @@ impl Engine {
         }
     }
 
+    /// `iosize=`: a number, or a random variable with the cap of its draws
+    /// (the upper bound of uniform and triangular, else 8 × the mean, at
+    /// most [`MAX_RANDOM_IOSIZE`]).
+    fn io_size_attr(
+        &self,
+        attrs: &Attrs,
+        default: u64,
+    ) -> Result<(u64, Option<crate::dist::Dist>), Error> {
+        use crate::dist::Dist;
+        let Some(Attr {
+            value: Some(v),
+            line: l,
+            ..
+        }) = attrs.get("iosize")
+        else {
+            return Ok((default, None));
+        };
+        match self.vars.eval(v).map_err(|e| self.err(*l, e))? {
+            Value::Text(t) => crate::value::parse_number(&t)
+                .map(|n| (n as u64, None))
+                .ok_or_else(|| self.err(*l, format!("iosize='{t}' is not a number"))),
+            Value::Random(d) => {
+                let cap = match d {
+                    Dist::Uniform { upper, .. } | Dist::Triangular { upper, .. } => upper,
+                    _ => d.mean() * 8.0,
+                };
+                Ok(((cap.ceil() as u64).clamp(1, MAX_RANDOM_IOSIZE), Some(d)))
+            }
+        }
+    }
+
     fn attr_flag(&self, attrs: &Attrs, name: &str) -> Result<bool, Error> {
         match attrs.get(name) {
             None => Ok(false),
@@ -684,14 +717,12 @@ impl Engine {
             f.kind,
             FlowopKind::ReadWholeFile | FlowopKind::WriteWholeFile
         );
-        let iosize = self
-            .attr_num(a, "iosize", line)?
-            .map(|v| v as u64)
-            .unwrap_or(if wholefile {
-                DEFAULT_WHOLEFILE_IOSIZE
-            } else {
-                DEFAULT_IOSIZE
-            });
+        let default_io = if wholefile {
+            DEFAULT_WHOLEFILE_IOSIZE
+        } else {
+            DEFAULT_IOSIZE
+        };
+        let (iosize, iosize_dist) = self.io_size_attr(a, default_io)?;
         let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
         let target = self.attr_text(a, "target", line)?;
         let sem = match f.kind {
@@ -751,6 +782,7 @@ impl Engine {
             fd: fd.unwrap_or(0),
             srcfd: self.attr_num(a, "srcfd", line)?.map(|v| v as usize),
             iosize,
+            iosize_dist,
             random: self.attr_flag(a, "random")?,
             workingset: self.attr_num(a, "workingset", line)?.unwrap_or(0.0) as u64,
             dsync: self.attr_flag(a, "dsync")?,

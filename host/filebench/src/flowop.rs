@@ -36,10 +36,13 @@ pub struct Op {
     pub name: String,
     pub kind: FlowopKind,
     pub fileset: Option<usize>,
-    /// The fd slot (explicit `fd=N`, or one of the flowop's own).
+    /// The fd slot (explicit `fd=N`, else the thread's default 0).
     pub fd: usize,
     pub srcfd: Option<usize>,
+    /// The I/O size, or with `iosize_dist` the largest draw kept.
     pub iosize: u64,
+    /// A random iosize (`iosize=$cvar`): a new draw for every operation.
+    pub iosize_dist: Option<crate::dist::Dist>,
     pub random: bool,
     pub workingset: u64,
     pub dsync: bool,
@@ -249,6 +252,16 @@ impl Worker {
         })
     }
 
+    /// The size of the next I/O of flowop `i`: fixed, or a new draw of its
+    /// random variable (1 byte at least, at most the op's `iosize` cap).
+    fn io_size(&mut self, i: usize) -> u64 {
+        let op = &self.plan.ops[i];
+        match op.iosize_dist.clone() {
+            Some(d) => (d.sample(&mut self.rng).round() as u64).clamp(1, op.iosize.max(1)),
+            None => op.iosize.max(1),
+        }
+    }
+
     /// Opens a file of the flowop's fileset into its slot unless one is open.
     fn ensure_slot(&mut self, i: usize) -> Result<usize, End> {
         let op = &self.plan.ops[i];
@@ -412,7 +425,7 @@ impl Worker {
             }
             ReadWholeFile => {
                 let key = self.ensure_slot(i)?;
-                let iosize = self.plan.ops[i].iosize.max(1) as usize;
+                let iosize = self.io_size(i) as usize;
                 let mut total = 0u64;
                 loop {
                     let n = self.claim(i, iosize as u64)? as usize;
@@ -441,7 +454,7 @@ impl Worker {
                         self.filesets[s.fileset].files[s.entry].size
                     }
                 };
-                let iosize = self.plan.ops[i].iosize.max(1);
+                let iosize = self.io_size(i);
                 let mut done = 0u64;
                 while done < size {
                     let n = self.claim(i, iosize.min(size - done))? as usize;
@@ -455,7 +468,7 @@ impl Worker {
             }
             AppendFile | AppendFileRand => {
                 let key = self.ensure_slot(i)?;
-                let iosize = self.plan.ops[i].iosize.max(1);
+                let iosize = self.io_size(i);
                 let n = if kind == AppendFileRand {
                     1 + self.rng.below(iosize)
                 } else {
@@ -475,7 +488,8 @@ impl Worker {
             }
             Read => {
                 let key = self.ensure_slot(i)?;
-                let n = self.claim(i, self.plan.ops[i].iosize.max(1))? as usize;
+                let want = self.io_size(i);
+                let n = self.claim(i, want)? as usize;
                 let off = self.next_offset(i, key, n as u64);
                 let mut got = self.read_at(i, key, n, off)?;
                 if got == 0 && off > 0 && !self.plan.ops[i].random {
@@ -490,7 +504,8 @@ impl Worker {
             }
             Write | AioWrite => {
                 let key = self.ensure_slot(i)?;
-                let n = self.claim(i, self.plan.ops[i].iosize.max(1))? as usize;
+                let want = self.io_size(i);
+                let n = self.claim(i, want)? as usize;
                 let off = self.next_offset(i, key, n as u64);
                 self.write_at(i, key, n, off)?;
                 if let Some(s) = self.slots.get_mut(&key) {

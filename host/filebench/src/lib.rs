@@ -8,6 +8,7 @@
 //! construct.
 
 pub mod ast;
+pub mod dist;
 pub mod engine;
 pub mod error;
 pub mod fileset;

@@ -472,10 +472,12 @@ impl Parser<'_> {
             match key.as_str() {
                 "type" => {
                     let (t, tl) = self.word("a cvar type")?;
-                    if t != "cvar-gamma" {
-                        return Err(
-                            self.err(tl, format!("unsupported cvar type '{t}' (cvar-gamma)"))
-                        );
+                    if crate::dist::params_of(&t).is_none() {
+                        let known: Vec<&str> = crate::dist::TYPES.iter().map(|(k, _)| *k).collect();
+                        return Err(self.err(
+                            tl,
+                            format!("unknown cvar type '{t}' ({})", known.join(", ")),
+                        ));
                     }
                     kind = Some(t);
                 }
@@ -484,12 +486,6 @@ impl Parser<'_> {
                     let Some((k, v)) = p.split_once(':') else {
                         return Err(self.err(pl, format!("cvar parameter '{p}' is not name:value")));
                     };
-                    if !matches!(k, "mean" | "gamma") {
-                        return Err(self.err(
-                            pl,
-                            format!("unknown cvar-gamma parameter '{k}' (mean, gamma)"),
-                        ));
-                    }
                     let v = match v.strip_prefix('$') {
                         Some(var) => Expr::Var(var.to_string()),
                         None => Expr::Word(v.to_string()),
@@ -521,7 +517,14 @@ impl Parser<'_> {
         let Some(kind) = kind else {
             return Err(self.err(line, "cvar needs type=…"));
         };
-        if !params.iter().any(|(k, _)| k == "mean") {
+        let known = crate::dist::params_of(&kind).unwrap_or(&[]);
+        if let Some((k, _)) = params.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+            return Err(self.err(
+                line,
+                format!("unknown {kind} parameter '{k}' ({})", known.join(", ")),
+            ));
+        }
+        if kind == "cvar-gamma" && !params.iter().any(|(k, _)| k == "mean") {
             return Err(self.err(line, "cvar-gamma needs parameters=mean:…"));
         }
         Ok(Expr::Cvar { kind, params })

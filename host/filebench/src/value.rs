@@ -1,9 +1,10 @@
 //! Variables and values: numbers with k/m/g/t suffixes (powers of 1024, as in
-//! Filebench), booleans, strings, and the gamma-distributed `cvar`.
+//! Filebench), booleans, strings, and the random `cvar`s ([`Dist`]).
 
 use std::collections::BTreeMap;
 
 use crate::ast::Expr;
+pub use crate::dist::Dist;
 use crate::lexer::ESCAPED_DOLLAR;
 use crate::rng::Rng;
 
@@ -12,8 +13,8 @@ use crate::rng::Rng;
 pub enum Value {
     /// A word or string as written (numbers are parsed on use).
     Text(String),
-    /// A gamma distribution: each draw is a new size.
-    Gamma { mean: f64, shape: f64 },
+    /// A random variable: each draw is a new size.
+    Random(Dist),
 }
 
 /// Parses `128k`, `1m`, `1.5g`, `4096`, `60`.
@@ -74,7 +75,7 @@ impl Vars {
         for (k, v) in self.values.iter().chain(self.pinned.iter()) {
             let text = match v {
                 Value::Text(t) => t.clone(),
-                Value::Gamma { mean, shape } => format!("cvar-gamma(mean={mean},gamma={shape})"),
+                Value::Random(d) => format!("{d:?}"),
             };
             out.insert(k.clone(), text);
         }
@@ -90,21 +91,13 @@ impl Vars {
                 .get(v)
                 .cloned()
                 .ok_or_else(|| format!("variable ${v} is not set")),
-            Expr::Cvar { params, .. } => {
-                let mut mean = None;
-                let mut shape = 1.5;
+            Expr::Cvar { kind, params } => {
+                let mut vals = Vec::with_capacity(params.len());
                 for (k, v) in params {
-                    let n = self.number(v)?;
-                    match k.as_str() {
-                        "mean" => mean = Some(n),
-                        _ => shape = n,
-                    }
+                    vals.push((k.as_str(), self.number(v)?));
                 }
-                let mean = mean.ok_or("cvar-gamma needs mean")?;
-                if shape <= 0.0 {
-                    return Err(format!("cvar-gamma shape {shape} must be > 0"));
-                }
-                Ok(Value::Gamma { mean, shape })
+                let get = |n: &str| vals.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+                Ok(Value::Random(Dist::build(kind, get)?))
             }
             Expr::Binary { op, lhs, rhs } => {
                 let (a, b) = (self.number(lhs)?, self.number(rhs)?);
@@ -133,7 +126,7 @@ impl Vars {
     pub fn text(&self, e: &Expr) -> Result<String, String> {
         match self.eval(e)? {
             Value::Text(t) => Ok(t),
-            Value::Gamma { .. } => Err(format!(
+            Value::Random(_) => Err(format!(
                 "{e} is a random variable, a fixed value is needed here"
             )),
         }
@@ -171,7 +164,7 @@ impl Vars {
                     let name: String = chars[start..j].iter().collect();
                     match self.get(&name) {
                         Some(Value::Text(t)) => out.push_str(t),
-                        Some(v @ Value::Gamma { .. }) => out.push_str(&format!("{v:?}")),
+                        Some(Value::Random(d)) => out.push_str(&format!("{d:?}")),
                         None => return Err(format!("variable ${name} is not set")),
                     }
                     i = if braced && chars.get(j) == Some(&'}') {
@@ -190,13 +183,13 @@ impl Vars {
 }
 
 impl Value {
-    /// A size: fixed, or drawn from the gamma distribution.
+    /// A size: fixed, or drawn from the variable's distribution.
     pub fn draw(&self, rng: &mut Rng) -> Result<u64, String> {
         match self {
             Value::Text(t) => parse_number(t)
                 .map(|v| v.round() as u64)
                 .ok_or_else(|| format!("'{t}' is not a number")),
-            Value::Gamma { mean, shape } => Ok(rng.gamma(*shape, mean / shape).round() as u64),
+            Value::Random(d) => Ok(d.sample(rng).round().max(0.0) as u64),
         }
     }
 }

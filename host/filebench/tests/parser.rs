@@ -211,8 +211,8 @@ fn malformed_files_name_the_line() {
         ("set a=1\n", "w.f:1: set needs a $variable, found 'a'"),
         ("set $a=\n", "w.f:1: set $a has no value"),
         (
-            "define fileset name=a,path=/t,size=cvar(type=cvar-normal,parameters=mean:1)\n",
-            "w.f:1: unsupported cvar type 'cvar-normal' (cvar-gamma)",
+            "define fileset name=a,path=/t,size=cvar(type=cvar-zipf,parameters=mean:1)\n",
+            "w.f:1: unknown cvar type 'cvar-zipf' (cvar-gamma, cvar-uniform, cvar-normal, cvar-exponential, cvar-erlang, cvar-lognormal, cvar-triangular, cvar-weibull)",
         ),
         (
             "define process name=p\n{\n thread name=t\n {\n  flowop read iosize=4k\n }\n}\n",

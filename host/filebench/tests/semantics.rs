@@ -98,20 +98,20 @@ fn fileset_sizes_and_widths_have_the_requested_means() {
     // standard error of ~3.6 %) within 10 %.
     for (size, filesizegamma, dirgamma, width_tol) in [
         (
-            Value::Gamma {
+            Value::Random(xvfs_filebench::dist::Dist::Gamma {
                 mean: 16384.0,
                 shape: 1.5,
-            },
+            }),
             0.0,
             0.0,
             0.01,
         ),
         (Value::Text("16k".into()), 1.5, 0.0, 0.01),
         (
-            Value::Gamma {
+            Value::Random(xvfs_filebench::dist::Dist::Gamma {
                 mean: 16384.0,
                 shape: 1.5,
-            },
+            }),
             0.0,
             1.5,
             0.10,
@@ -481,4 +481,25 @@ fn makedir_and_removedir_are_filebench_names() {
     r.unwrap();
     assert!(flowop_ops(&e, "m") > 0);
     assert!(flowop_ops(&e, "r") > 0);
+}
+
+#[test]
+fn cvar_uniform_sizes_stay_in_range_and_average_6k() {
+    let d = tmpdir("cvaruni");
+    let (e, r) = run(
+        &d,
+        "set $iosize=cvar(type=cvar-uniform,parameters=lower:4k;upper:8k)\n\
+         define file name=f,path=$dir,size=1m,prealloc\n\
+         define process name=p\n{\n thread name=t\n {\n\
+          flowop openfile name=o,filesetname=f,fd=1\n\
+          flowop read name=r,fd=1,iosize=$iosize\n\
+          flowop closefile name=c,fd=1\n\
+          flowop finishoncount name=done,value=2000,target=r\n }\n}\nrun 10\n",
+    );
+    r.unwrap();
+    let run = e.runs.last().unwrap();
+    let f = run.flowops.iter().find(|f| f.name == "r").unwrap();
+    assert!(f.ops >= 2000, "{}", f.ops);
+    let avg = f.bytes as f64 / f.ops as f64;
+    assert!((5900.0..6400.0).contains(&avg), "average read {avg}");
 }
