@@ -105,6 +105,11 @@ pub enum FlowopKind {
     AioWait,
     Block,
     Wakeup,
+    /// Start of an expanded composite flowop (`define flowop`): its `iters`
+    /// repeat the body up to the matching [`FlowopKind::CompositeEnd`].
+    Composite,
+    /// End of an expanded composite flowop: counts one pass of the body.
+    CompositeEnd,
 }
 
 impl FlowopKind {
@@ -155,6 +160,9 @@ impl FlowopKind {
     }
 
     pub fn name(self) -> &'static str {
+        if matches!(self, FlowopKind::Composite | FlowopKind::CompositeEnd) {
+            return "composite";
+        }
         Self::ALL
             .iter()
             .find(|(_, k)| *k == self)
@@ -179,6 +187,8 @@ impl FlowopKind {
                 | FlowopKind::SemPost
                 | FlowopKind::Block
                 | FlowopKind::Wakeup
+                | FlowopKind::Composite
+                | FlowopKind::CompositeEnd
         )
     }
 
@@ -259,6 +269,7 @@ impl FlowopKind {
             AioWait => &["value"],
             Block => &[],
             Wakeup => &["target"],
+            Composite | CompositeEnd => &["iters"],
         }
     }
 }
@@ -329,6 +340,8 @@ pub enum StmtKind {
     System(Expr),
     /// `vars`: print every variable.
     Vars,
+    /// `define flowop …`: expanded by the parser where it is used.
+    DefineComposite,
     /// `list`: print the filesets and processes defined.
     List,
     /// A statement parsed but not honoured (`debug N`, `enable multi`):

@@ -258,6 +258,7 @@ impl Engine {
                     }
                 }
                 StmtKind::Quit => break,
+                StmtKind::DefineComposite => {}
                 StmtKind::Vars | StmtKind::List | StmtKind::Unhonoured { .. } => {
                     self.inspect(line, &st.kind)
                 }
@@ -573,8 +574,26 @@ impl Engine {
                     .map(|m| m as u64)
                     .unwrap_or(DEFAULT_MEMSIZE);
                 let mut ops = Vec::new();
+                let mut open: Vec<usize> = Vec::new();
                 for f in &t.flowops {
-                    ops.push(self.compile_op(f, &t.flowops, shared, &quotas, &events)?);
+                    let mut op = self.compile_op(f, &t.flowops, shared, &quotas, &events)?;
+                    match f.kind {
+                        FlowopKind::Composite => {
+                            open.push(ops.len());
+                            // The passes belong to the end marker.
+                            op.repeat = Some((ops.len(), op.iters));
+                            op.iters = 1;
+                        }
+                        FlowopKind::CompositeEnd => {
+                            let begin = open.pop().ok_or_else(|| {
+                                self.err(f.line, "composite flowop end without a start")
+                            })?;
+                            let start: &mut Op = &mut ops[begin];
+                            op.repeat = start.repeat.take().map(|(_, n)| (begin, n));
+                        }
+                        _ => {}
+                    }
+                    ops.push(op);
                 }
                 for p in 0..pinst.max(1) {
                     for i in 0..tinst.max(1) {
@@ -783,6 +802,7 @@ impl Engine {
             srcfd: self.attr_num(a, "srcfd", line)?.map(|v| v as usize),
             iosize,
             iosize_dist,
+            repeat: None,
             random: self.attr_flag(a, "random")?,
             workingset: self.attr_num(a, "workingset", line)?.unwrap_or(0.0) as u64,
             dsync: self.attr_flag(a, "dsync")?,

@@ -43,6 +43,8 @@ pub struct Op {
     pub iosize: u64,
     /// A random iosize (`iosize=$cvar`): a new draw for every operation.
     pub iosize_dist: Option<crate::dist::Dist>,
+    /// On a composite's end marker: (index of its start marker, passes).
+    pub repeat: Option<(usize, u64)>,
     pub random: bool,
     pub workingset: u64,
     pub dsync: bool,
@@ -132,8 +134,29 @@ impl Worker {
             self.close_all();
             return End::Stopped;
         }
+        let len = self.plan.ops.len();
+        let mut passes = vec![0u64; len];
         let end = 'outer: loop {
-            for i in 0..self.plan.ops.len() {
+            let mut i = 0;
+            while i < len {
+                // A composite's end marker sends the thread back to the
+                // start of its body until the passes are done.
+                if let Some((begin, n)) = self.plan.ops[i].repeat {
+                    passes[i] += 1;
+                    if passes[i] < n {
+                        self.record(i, 0, 0);
+                        i = begin + 1;
+                        continue;
+                    }
+                    passes[i] = 0;
+                }
+                if self.plan.ops[i].kind == FlowopKind::Composite {
+                    if let Err(e) = self.claim_op(i) {
+                        break 'outer e;
+                    }
+                    i += 1;
+                    continue;
+                }
                 let iters = self.plan.ops[i].iters.max(1);
                 for _ in 0..iters {
                     if self.shared.stopped() {
@@ -141,30 +164,36 @@ impl Worker {
                     }
                     let t0 = Instant::now();
                     match self.exec(i) {
-                        Ok(bytes) => {
-                            let ns = t0.elapsed().as_nanos() as u64;
-                            let kind = self.plan.ops[i].kind;
-                            if let Some(s) = self
-                                .stats
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .get_mut(i)
-                            {
-                                s.record(ns, bytes);
-                            }
-                            self.since_ops += 1;
-                            if kind.is_read() || kind.is_write() {
-                                self.since_io_ops += 1;
-                            }
-                            self.since_bytes += bytes;
-                        }
+                        Ok(bytes) => self.record(i, t0.elapsed().as_nanos() as u64, bytes),
                         Err(e) => break 'outer e,
                     }
                 }
+                i += 1;
             }
         };
         self.close_all();
         end
+    }
+
+    /// Counts one operation of flowop `i`.
+    fn record(&mut self, i: usize, ns: u64, bytes: u64) {
+        let kind = self.plan.ops[i].kind;
+        if let Some(s) = self
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(i)
+        {
+            s.record(ns, bytes);
+        }
+        if kind == FlowopKind::CompositeEnd {
+            return;
+        }
+        self.since_ops += 1;
+        if kind.is_read() || kind.is_write() {
+            self.since_io_ops += 1;
+        }
+        self.since_bytes += bytes;
     }
 
     fn close_all(&mut self) {
@@ -650,6 +679,7 @@ impl Worker {
                 }
                 Ok(0)
             }
+            Composite | CompositeEnd => Ok(0),
         }
     }
 

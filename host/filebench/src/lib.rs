@@ -8,6 +8,7 @@
 //! construct.
 
 pub mod ast;
+pub mod composite;
 pub mod dist;
 pub mod engine;
 pub mod error;

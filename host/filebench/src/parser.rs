@@ -14,6 +14,7 @@ pub fn parse(file: &str, src: &str) -> Result<Script, ParseError> {
         file,
         toks: tokens,
         pos: 0,
+        composites: Default::default(),
     };
     let mut stmts = Vec::new();
     loop {
@@ -33,6 +34,8 @@ struct Parser<'a> {
     file: &'a str,
     toks: Vec<Token>,
     pos: usize,
+    /// Composite flowops defined so far (`define flowop`).
+    composites: std::collections::HashMap<String, crate::composite::Composite>,
 }
 
 impl Parser<'_> {
@@ -200,7 +203,10 @@ impl Parser<'_> {
             "{" | "}" => return Err(self.err(line, format!("unexpected '{kw}'"))),
             other => return Err(self.err(line, format!("unknown statement '{other}'"))),
         };
-        if !matches!(kind, StmtKind::DefineProcess { .. }) {
+        if !matches!(
+            kind,
+            StmtKind::DefineProcess { .. } | StmtKind::DefineComposite
+        ) {
             self.end_of_statement()?;
         }
         Ok(Stmt { line, kind })
@@ -287,9 +293,10 @@ impl Parser<'_> {
                 self.end_of_statement()?;
                 Ok(StmtKind::DefineProcess { attrs, threads })
             }
+            "flowop" => self.define_composite(line),
             other => Err(self.err(
                 l,
-                format!("cannot define '{other}' (fileset, file, process)"),
+                format!("cannot define '{other}' (fileset, file, process, flowop)"),
             )),
         }
     }
@@ -299,6 +306,17 @@ impl Parser<'_> {
         if !attrs.has("name") {
             return Err(self.err(line, "thread needs name=…"));
         }
+        let flowops = self.flowop_block(line, "thread")?;
+        Ok(ThreadDef {
+            line,
+            attrs,
+            flowops,
+        })
+    }
+
+    /// `{ flowop … ⏎ flowop … }`: the flowops of a thread or of a composite
+    /// flowop, composite calls expanded.
+    fn flowop_block(&mut self, line: usize, ctx: &str) -> Result<Vec<FlowopDef>, ParseError> {
         self.skip_newlines();
         self.expect(Tok::LBrace)?;
         let mut flowops = Vec::new();
@@ -309,44 +327,94 @@ impl Parser<'_> {
                     self.pos += 1;
                     break;
                 }
-                None => return Err(self.err(line, "thread: missing '}'")),
+                None => return Err(self.err(line, format!("{ctx}: missing '}}'"))),
                 _ => {}
             }
             let (kw, fl) = self.word("flowop")?;
             if kw != "flowop" {
                 return Err(self.err(fl, format!("expected flowop, found '{kw}'")));
             }
-            let (kname, kl) = self.word("a flowop type")?;
-            let Some(kind) = FlowopKind::from_name(&kname) else {
-                return Err(self.err(kl, format!("unknown flowop '{kname}'")));
-            };
-            let mut allowed: Vec<&str> = vec!["name"];
-            allowed.extend_from_slice(kind.attrs());
-            let attrs = self.attrs(&allowed, &format!("flowop {kname}"))?;
-            if !attrs.has("name") {
-                return Err(self.err(fl, format!("flowop {kname} needs name=…")));
-            }
-            if !self.at_statement_end() && self.peek() != Some(&Tok::RBrace) {
-                let d = self.peek().map(|t| t.describe()).unwrap_or_default();
-                return Err(self.err(self.line(), format!("unexpected {d} after flowop {kname}")));
-            }
-            flowops.push(FlowopDef {
+            flowops.extend(self.flowop(fl)?);
+        }
+        if flowops.is_empty() {
+            return Err(self.err(line, format!("{ctx} has no flowop")));
+        }
+        Ok(flowops)
+    }
+
+    /// One `flowop TYPE attrs` line: a built-in flowop, or a composite
+    /// flowop expanded into its body.
+    fn flowop(&mut self, fl: usize) -> Result<Vec<FlowopDef>, ParseError> {
+        let (kname, kl) = self.word("a flowop type")?;
+        let composite = self.composites.get(&kname).cloned();
+        let kind = match (&composite, FlowopKind::from_name(&kname)) {
+            (Some(_), _) => FlowopKind::Composite,
+            (None, Some(k)) => k,
+            (None, None) => return Err(self.err(kl, format!("unknown flowop '{kname}'"))),
+        };
+        let mut allowed: Vec<String> = vec!["name".into(), "iters".into()];
+        allowed.extend(kind.attrs().iter().map(|a| a.to_string()));
+        if let Some(c) = &composite {
+            allowed.extend(c.params.iter().map(|p| format!("${p}")));
+        }
+        let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+        let attrs = self.attrs(&allowed, &format!("flowop {kname}"))?;
+        if !attrs.has("name") {
+            return Err(self.err(fl, format!("flowop {kname} needs name=…")));
+        }
+        if !self.at_statement_end() && self.peek() != Some(&Tok::RBrace) {
+            let d = self.peek().map(|t| t.describe()).unwrap_or_default();
+            return Err(self.err(self.line(), format!("unexpected {d} after flowop {kname}")));
+        }
+        match composite {
+            Some(c) => Ok(crate::composite::expand(&c, fl, attrs)),
+            None => Ok(vec![FlowopDef {
                 line: fl,
                 kind,
                 attrs,
-            });
+            }]),
         }
-        if flowops.is_empty() {
-            return Err(self.err(line, "thread has no flowop"));
-        }
-        Ok(ThreadDef {
-            line,
-            attrs,
-            flowops,
-        })
     }
 
-    /// `name[=value][, name[=value]]…` up to the end of the line or a `{`.
+    /// `define flowop name=N, $p1, $p2 { flowop … }`: remembered, and
+    /// expanded wherever `flowop N` is used.
+    fn define_composite(&mut self, line: usize) -> Result<StmtKind, ParseError> {
+        let mut name = None;
+        let mut params = Vec::new();
+        loop {
+            let (w, wl) = self.word("name=… or a $parameter")?;
+            if w == "name" {
+                self.expect(Tok::Eq)?;
+                name = Some(self.word("a flowop name")?.0);
+            } else if let Some(p) = w.strip_prefix('$') {
+                check_var_name(self.file, wl, p)?;
+                params.push(p.to_string());
+            } else {
+                return Err(self.err(wl, format!("define flowop: unexpected '{w}'")));
+            }
+            if self.peek() == Some(&Tok::Comma) {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+        let Some(name) = name else {
+            return Err(self.err(line, "define flowop needs name=…"));
+        };
+        if FlowopKind::from_name(&name).is_some() {
+            return Err(self.err(
+                line,
+                format!("define flowop: '{name}' is a built-in flowop"),
+            ));
+        }
+        let body = self.flowop_block(line, "define flowop")?;
+        self.composites.insert(
+            name.clone(),
+            crate::composite::Composite { name, params, body },
+        );
+        Ok(StmtKind::DefineComposite)
+    }
+
     fn attrs(&mut self, allowed: &[&str], ctx: &str) -> Result<Attrs, ParseError> {
         let mut out = Vec::new();
         loop {

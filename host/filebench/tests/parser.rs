@@ -232,7 +232,7 @@ fn malformed_files_name_the_line() {
         ),
         (
             "define randvar name=$r\n",
-            "w.f:1: cannot define 'randvar' (fileset, file, process)",
+            "w.f:1: cannot define 'randvar' (fileset, file, process, flowop)",
         ),
         (
             "define fileset path=/t\n",
@@ -277,4 +277,16 @@ fn arithmetic_in_set_follows_precedence_and_parentheses() {
         panic!("not a set")
     };
     assert!(vars.eval(value).unwrap_err().contains("division by zero"));
+}
+
+#[test]
+fn composite_flowop_definitions_are_checked() {
+    assert_eq!(
+        err("define flowop name=read, $x\n{\n flowop statfile name=s,filesetname=$x\n}\n"),
+        "w.f:1: define flowop: 'read' is a built-in flowop"
+    );
+    assert_eq!(
+        err("define flowop name=c, $x\n{\n flowop statfile name=s,filesetname=$x\n}\ndefine process name=p\n{\n thread name=t\n {\n  flowop c name=c1, $y=1\n }\n}\n"),
+        "w.f:9: flowop c: unknown attribute '$y'"
+    );
 }

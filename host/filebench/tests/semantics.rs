@@ -503,3 +503,42 @@ fn cvar_uniform_sizes_stay_in_range_and_average_6k() {
     let avg = f.bytes as f64 / f.ops as f64;
     assert!((5900.0..6400.0).contains(&avg), "average read {avg}");
 }
+
+#[test]
+fn composite_flowops_take_parameters_nest_and_repeat() {
+    let d = tmpdir("composite");
+    let (e, r) = run(
+        &d,
+        "define fileset name=a,path=$dir,size=4k,entries=20,prealloc\n\
+         define flowop name=rw, $fs\n{\n\
+          flowop openfile name=o,filesetname=$fs,fd=1\n\
+          flowop readwholefile name=r,fd=1\n\
+          flowop closefile name=c,fd=1\n}\n\
+         define flowop name=work, $set, $n\n{\n\
+          flowop statfile name=s,filesetname=$set\n\
+          flowop rw name=inner, iters=$n, $fs=$set\n}\n\
+         define process name=p\n{\n thread name=t,instances=2\n {\n\
+          flowop work name=outer, iters=2, $n=3, $set=a\n\
+          flowop finishoncount name=done,value=100,target=s\n }\n}\nrun 5\n",
+    );
+    r.unwrap();
+    let (s, inner, outer) = (
+        flowop_ops(&e, "s"),
+        flowop_ops(&e, "inner"),
+        flowop_ops(&e, "outer"),
+    );
+    let (o, rd, c) = (
+        flowop_ops(&e, "o"),
+        flowop_ops(&e, "r"),
+        flowop_ops(&e, "c"),
+    );
+    assert!(s >= 98, "statfile {s}");
+    // Each pass of `work` is one statfile and 3 passes of `rw`; `outer`
+    // counts the passes of its body, as Filebench counts each of a
+    // flowop's iters (up to one pass per thread in flight).
+    assert!(inner.abs_diff(3 * s) <= 6, "inner {inner}, statfile {s}");
+    assert!(outer.abs_diff(s) <= 2, "outer {outer}, statfile {s}");
+    for (what, n) in [("open", o), ("read", rd), ("close", c)] {
+        assert!(n.abs_diff(inner) <= 2, "{what} {n} vs inner {inner}");
+    }
+}
