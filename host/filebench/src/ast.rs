@@ -18,6 +18,12 @@ pub enum Expr {
         kind: String,
         params: Vec<(String, Expr)>,
     },
+    /// `randvar(type=…, min=…, round=…, mean=…, gamma=…, randtable={{…}})`.
+    Randvar {
+        attrs: Vec<(String, Expr)>,
+        /// Rows of `randtable`: percent, segment minimum, segment maximum.
+        table: Vec<[Expr; 3]>,
+    },
     /// Arithmetic in `set`: `lhs op rhs` with `op` one of `+ - * / %`.
     Binary {
         op: char,
@@ -33,6 +39,7 @@ impl fmt::Display for Expr {
             Expr::Var(v) => write!(f, "${v}"),
             Expr::Str(s) => write!(f, "\"{s}\""),
             Expr::Cvar { kind, .. } => write!(f, "cvar(type={kind},…)"),
+            Expr::Randvar { .. } => write!(f, "randvar(…)"),
             Expr::Binary { op, lhs, rhs } => write!(f, "({lhs} {op} {rhs})"),
         }
     }

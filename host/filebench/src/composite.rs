@@ -87,6 +87,16 @@ fn substitute(e: &Expr, bindings: &[(String, Expr)]) -> Expr {
                 .map(|(k, v)| (k.clone(), substitute(v, bindings)))
                 .collect(),
         },
+        Expr::Randvar { attrs, table } => Expr::Randvar {
+            attrs: attrs
+                .iter()
+                .map(|(k, v)| (k.clone(), substitute(v, bindings)))
+                .collect(),
+            table: table
+                .iter()
+                .map(|row| row.clone().map(|v| substitute(&v, bindings)))
+                .collect(),
+        },
         Expr::Word(_) | Expr::Str(_) => e.clone(),
     }
 }

@@ -24,6 +24,102 @@ pub enum Dist {
     Triangular { lower: f64, upper: f64, mode: f64 },
     /// `cvar-weibull`: shape (1), scale (1).
     Weibull { shape: f64, scale: f64 },
+    /// `randvar(type=uniform)`: min + U × 2 (mean − min), as Filebench.
+    RandUniform { min: f64, mean: f64, round: f64 },
+    /// `randvar(type=gamma)`: min + Gamma(gamma/1000, (mean − min)/shape).
+    RandGamma {
+        min: f64,
+        mean: f64,
+        shape: f64,
+        round: f64,
+    },
+    /// `randvar(type=tabular)`: 100 slots of (base, range), normalised to
+    /// minimum 0 and mean 1, scaled to (mean − min) + min as Filebench.
+    RandTable {
+        min: f64,
+        mean: f64,
+        round: f64,
+        slots: Vec<(f64, f64)>,
+    },
+}
+
+/// A `randvar`: its `type` (uniform, gamma, tabular), `get(attr)` for
+/// min, round, mean, gamma, and the rows of its `randtable`.
+pub fn randvar(
+    kind: &str,
+    get: impl Fn(&str) -> Option<f64>,
+    table: &[[f64; 3]],
+) -> Result<Dist, String> {
+    let min = get("min").unwrap_or(0.0);
+    let round = get("round").unwrap_or(0.0);
+    let shape = get("gamma").unwrap_or(1500.0) / 1000.0;
+    // Filebench: without mean=, the mean is the gamma parameter (or, for a
+    // table, the table's own mean).
+    let mean = get("mean");
+    match kind {
+        "uniform" => Ok(Dist::RandUniform {
+            min,
+            mean: mean.unwrap_or(shape),
+            round,
+        }),
+        "gamma" if shape > 0.0 => Ok(Dist::RandGamma {
+            min,
+            mean: mean.unwrap_or(shape),
+            shape,
+            round,
+        }),
+        "gamma" => Err("randvar gamma must be > 0".into()),
+        "tabular" => table_dist(min, mean, round, table),
+        other => Err(format!(
+            "unknown randvar type '{other}' (uniform, gamma, tabular)"
+        )),
+    }
+}
+
+fn table_dist(min: f64, mean: Option<f64>, round: f64, rows: &[[f64; 3]]) -> Result<Dist, String> {
+    let mut slots = Vec::with_capacity(100);
+    let (mut table_sum, mut table_min) = (0.0, f64::INFINITY);
+    for &[pct, lo, hi] in rows {
+        if hi < lo {
+            return Err(format!(
+                "randtable row {{{pct}, {lo}, {hi}}}: max below min"
+            ));
+        }
+        table_min = table_min.min(lo);
+        table_sum += (lo + hi) / 2.0 * pct;
+        for _ in 0..pct.round() as usize {
+            slots.push((lo, hi - lo));
+        }
+    }
+    if slots.len() != 100 {
+        return Err(format!(
+            "randtable percentages total {}, not 100",
+            slots.len()
+        ));
+    }
+    let mean = mean.unwrap_or(table_sum / 100.0);
+    let spread = table_sum / 100.0 - table_min;
+    for s in &mut slots {
+        *s = if spread == 0.0 {
+            (0.0, 0.0)
+        } else {
+            ((s.0 - table_min) / spread, s.1 / spread)
+        };
+    }
+    Ok(Dist::RandTable {
+        min,
+        mean,
+        round,
+        slots,
+    })
+}
+
+fn round_to(v: f64, round: f64) -> f64 {
+    if round > 0.0 {
+        (v / round).round() * round
+    } else {
+        v
+    }
 }
 
 /// Every cvar type with its parameter names.
@@ -97,6 +193,7 @@ impl Dist {
             Dist::LogNormal { shape, .. } => shape >= 0.0,
             Dist::Triangular { lower, upper, mode } => lower <= mode && mode <= upper,
             Dist::Weibull { shape, scale } => shape > 0.0 && scale > 0.0,
+            Dist::RandUniform { .. } | Dist::RandGamma { .. } | Dist::RandTable { .. } => true,
         };
         if !ok {
             return Err(format!("{self:?}: parameters out of range"));
@@ -131,6 +228,27 @@ impl Dist {
             Dist::Weibull { shape, scale } => {
                 scale * (-(1.0 - rng.uniform()).ln()).powf(1.0 / shape)
             }
+            Dist::RandUniform { min, mean, round } => {
+                round_to(rng.uniform() * 2.0 * (mean - min) + min, round)
+            }
+            Dist::RandGamma {
+                min,
+                mean,
+                shape,
+                round,
+            } => round_to(rng.gamma(shape, (mean - min) / shape) + min, round),
+            Dist::RandTable {
+                min,
+                mean,
+                round,
+                ref slots,
+            } => {
+                let p = rng.uniform() * 100.0;
+                let idx = (p as usize).min(99);
+                let (base, range) = slots.get(idx).copied().unwrap_or((0.0, 0.0));
+                let v = base + range * (p - idx as f64);
+                round_to(v * (mean - min) + min, round)
+            }
         }
     }
 
@@ -148,6 +266,9 @@ impl Dist {
                 // Γ(1 + 1/k) by Stirling's series is close enough for a report.
                 scale * gamma_fn(1.0 + 1.0 / shape)
             }
+            Dist::RandUniform { mean, .. }
+            | Dist::RandGamma { mean, .. }
+            | Dist::RandTable { mean, .. } => mean,
         }
     }
 }
@@ -222,5 +343,74 @@ mod tests {
         assert!(Dist::build("cvar-gamma", |_| None).is_err());
         assert!(Dist::build("cvar-uniform", |n| (n == "lower").then_some(9.0)).is_err());
         assert!(Dist::build("cvar-zipf", |_| None).is_err());
+    }
+}
+
+#[cfg(test)]
+mod randvar_tests {
+    use super::*;
+
+    #[test]
+    fn a_table_draws_its_rows_in_proportion_and_rounds() {
+        let rows = [
+            [80.0, 1024.0, 4096.0],
+            [15.0, 4096.0, 16384.0],
+            [5.0, 16384.0, 65536.0],
+        ];
+        let d = randvar(
+            "tabular",
+            |n| match n {
+                "min" => Some(1024.0),
+                "round" => Some(1024.0),
+                _ => None,
+            },
+            &rows,
+        )
+        .unwrap();
+        let mut rng = Rng::new(3);
+        let draws: Vec<f64> = (0..100_000).map(|_| d.sample(&mut rng)).collect();
+        assert!(draws
+            .iter()
+            .all(|v| v % 1024.0 == 0.0 && (1024.0..=65536.0).contains(v)));
+        let small = draws.iter().filter(|v| **v <= 4096.0).count() as f64 / 1e5;
+        assert!(
+            (0.78..0.83).contains(&small),
+            "share in the first row {small}"
+        );
+        // Rows' midpoints weighted: 0.8 × 2.5k + 0.15 × 10k + 0.05 × 40k = 5.5k.
+        let mean = draws.iter().sum::<f64>() / 1e5;
+        assert!((mean - 5632.0).abs() < 200.0, "mean {mean}");
+        assert!(randvar("tabular", |_| None, &[[50.0, 1.0, 2.0]]).is_err());
+    }
+
+    #[test]
+    fn gamma_and_uniform_follow_filebench_formulas() {
+        let g = randvar(
+            "gamma",
+            |n| match n {
+                "gamma" => Some(1500.0),
+                "mean" => Some(10_000.0),
+                "min" => Some(1000.0),
+                _ => None,
+            },
+            &[],
+        )
+        .unwrap();
+        let u = randvar(
+            "uniform",
+            |n| match n {
+                "mean" => Some(100.0),
+                "min" => Some(50.0),
+                _ => None,
+            },
+            &[],
+        )
+        .unwrap();
+        let mut rng = Rng::new(9);
+        let gm = (0..100_000).map(|_| g.sample(&mut rng)).sum::<f64>() / 1e5;
+        assert!((gm - 10_000.0).abs() < 200.0, "gamma mean {gm}");
+        let ud: Vec<f64> = (0..100_000).map(|_| u.sample(&mut rng)).collect();
+        assert!(ud.iter().all(|v| (50.0..150.0).contains(v)));
+        assert!(randvar("zipf", |_| None, &[]).is_err());
     }
 }

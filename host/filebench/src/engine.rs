@@ -676,6 +676,29 @@ impl Engine {
         }
     }
 
+    /// A number attribute that may also be a random variable (drawn anew
+    /// at each use).
+    fn maybe_random_attr(
+        &self,
+        attrs: &Attrs,
+        name: &str,
+    ) -> Result<(Option<f64>, Option<crate::dist::Dist>), Error> {
+        let Some(Attr {
+            value: Some(v),
+            line: l,
+            ..
+        }) = attrs.get(name)
+        else {
+            return Ok((None, None));
+        };
+        match self.vars.eval(v).map_err(|e| self.err(*l, e))? {
+            Value::Text(t) => crate::value::parse_number(&t)
+                .map(|n| (Some(n), None))
+                .ok_or_else(|| self.err(*l, format!("{name}='{t}' is not a number"))),
+            Value::Random(d) => Ok((None, Some(d))),
+        }
+    }
+
     fn attr_flag(&self, attrs: &Attrs, name: &str) -> Result<bool, Error> {
         match attrs.get(name) {
             None => Ok(false),
@@ -726,7 +749,9 @@ impl Engine {
                 | FlowopKind::ListDir
                 | FlowopKind::FsyncSet
         );
-        if needs_file && fileset.is_none() {
+        // deletefile fd=N: the file last opened in N (Filebench).
+        let by_fd = f.kind == FlowopKind::DeleteFile && fd.is_some();
+        if needs_file && fileset.is_none() && !by_fd {
             return Err(self.err(
                 line,
                 format!("flowop {name}: {} needs filesetname=…", f.kind.name()),
@@ -742,6 +767,7 @@ impl Engine {
             DEFAULT_IOSIZE
         };
         let (iosize, iosize_dist) = self.io_size_attr(a, default_io)?;
+        let (indexed, indexed_dist) = self.maybe_random_attr(a, "indexed")?;
         let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
         let target = self.attr_text(a, "target", line)?;
         let sem = match f.kind {
@@ -809,7 +835,8 @@ impl Engine {
             directio: self.attr_flag(a, "directio")?,
             opennext: self.attr_flag(a, "opennext")?,
             iters: self.attr_num(a, "iters", line)?.unwrap_or(1.0).max(1.0) as u64,
-            indexed: self.attr_num(a, "indexed", line)?.map(|v| v as u64),
+            indexed: indexed.map(|v| v as u64),
+            indexed_dist,
             value,
             highwater,
             blocking: self.attr_flag(a, "blocking")?,

@@ -52,6 +52,8 @@ pub struct Op {
     pub opennext: bool,
     pub iters: u64,
     pub indexed: Option<u64>,
+    /// A random `indexed=$randvar`: a new entry index for every pick.
+    pub indexed_dist: Option<crate::dist::Dist>,
     pub value: f64,
     pub highwater: Option<i64>,
     pub blocking: bool,
@@ -91,6 +93,9 @@ pub struct Worker {
     buf: Vec<u8>,
     buf_off: usize,
     slots: HashMap<usize, Slot>,
+    /// (fileset, entry) last opened in each slot, kept after close for
+    /// `deletefile fd=N`.
+    last_file: HashMap<usize, (usize, usize)>,
     since_io_ops: u64,
     since_ops: u64,
     since_bytes: u64,
@@ -122,6 +127,7 @@ impl Worker {
             buf,
             buf_off,
             slots: HashMap::new(),
+            last_file: HashMap::new(),
             since_io_ops: 0,
             since_ops: 0,
             since_bytes: 0,
@@ -173,6 +179,32 @@ impl Worker {
         };
         self.close_all();
         end
+    }
+
+    /// `deletefile fd=N` without a fileset: unlinks the file open in slot N,
+    /// or the one last opened there.
+    fn delete_by_fd(&mut self, i: usize) -> Res {
+        let key = self.plan.ops[i].fd;
+        let (fsi, entry) = match self.slots.get(&key) {
+            Some(s) => (s.fileset, s.entry),
+            None => *self
+                .last_file
+                .get(&key)
+                .ok_or_else(|| self.fail(i, "deletefile", format!("fd {key} was never opened")))?,
+        };
+        let Some(fs) = self.filesets.get(fsi).cloned() else {
+            return Err(self.fail(i, "deletefile", "no such fileset"));
+        };
+        let path = &fs.files[entry].path;
+        match fs::remove_file(path) {
+            Ok(()) => {
+                fs.set_file_exists(entry, false);
+                Ok(0)
+            }
+            // Already gone (another thread deleted it): nothing to do.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(self.fail(i, &format!("unlink {}", path.display()), e)),
+        }
     }
 
     /// Counts one operation of flowop `i`.
@@ -261,9 +293,15 @@ impl Worker {
         }
     }
 
-    fn pick(&self, i: usize, fs: &Fileset, want: Want) -> Result<usize, End> {
-        let picked = match self.plan.ops[i].indexed {
-            Some(ix) => fs.pick_index(ix as usize, want),
+    fn pick(&mut self, i: usize, fs: &Fileset, want: Want) -> Result<usize, End> {
+        let op = &self.plan.ops[i];
+        let index = match (op.indexed, op.indexed_dist.clone()) {
+            (_, Some(d)) => Some(d.sample(&mut self.rng).max(0.0) as usize),
+            (Some(ix), None) => Some(ix as usize),
+            (None, None) => None,
+        };
+        let picked = match index {
+            Some(ix) => fs.pick_index(ix, want),
             None => fs.pick_file_wait(want, &self.shared.stop),
         };
         if self.shared.stopped() {
@@ -421,6 +459,7 @@ impl Worker {
                 match self.slots.remove(&key) {
                     Some(s) => {
                         drop(s.file);
+                        self.last_file.insert(key, (s.fileset, s.entry));
                         if let Some(fs) = self.filesets.get(s.fileset) {
                             fs.release_file(s.entry);
                         }
@@ -429,6 +468,7 @@ impl Worker {
                     None => Err(self.fail(i, "closefile", format!("fd {key} is not open"))),
                 }
             }
+            DeleteFile if self.plan.ops[i].fileset.is_none() => self.delete_by_fd(i),
             DeleteFile => {
                 let fs = self.fileset(i)?;
                 let entry = self.pick(i, &fs, Want::Existing)?;

@@ -294,6 +294,13 @@ impl Parser<'_> {
                 Ok(StmtKind::DefineProcess { attrs, threads })
             }
             "flowop" => self.define_composite(line),
+            "randvar" => {
+                let (name, value) = self.randvar_attrs(line, None)?;
+                let Some(name) = name else {
+                    return Err(self.err(line, "define randvar needs name=$…"));
+                };
+                Ok(StmtKind::SetVar { name, value })
+            }
             other => Err(self.err(
                 l,
                 format!("cannot define '{other}' (fileset, file, process, flowop)"),
@@ -515,6 +522,11 @@ impl Parser<'_> {
                 if w == "cvar" && self.peek() == Some(&Tok::LParen) {
                     return self.cvar(line);
                 }
+                if w == "randvar" && self.peek() == Some(&Tok::LParen) {
+                    self.next();
+                    let e = self.randvar_attrs(line, Some(Tok::RParen))?;
+                    return Ok(e.1);
+                }
                 if let Some(v) = w.strip_prefix('$') {
                     check_var_name(self.file, line, v)?;
                     return Ok(Expr::Var(v.to_string()));
@@ -596,6 +608,95 @@ impl Parser<'_> {
             return Err(self.err(line, "cvar-gamma needs parameters=mean:…"));
         }
         Ok(Expr::Cvar { kind, params })
+    }
+
+    /// The attributes of a random variable up to `end` (`)` of
+    /// `randvar(…)`, or the end of a `define randvar` statement): its
+    /// `name=$var` if given, and the expression.
+    fn randvar_attrs(
+        &mut self,
+        line: usize,
+        end: Option<Tok>,
+    ) -> Result<(Option<String>, Expr), ParseError> {
+        const KEYS: &[&str] = &["type", "min", "round", "mean", "gamma", "seed", "randsrc"];
+        let (mut name, mut attrs, mut table) = (None, Vec::new(), Vec::new());
+        loop {
+            self.skip_newlines_if(end.is_some());
+            if end.is_some() && self.peek() == end.as_ref() {
+                self.next();
+                break;
+            }
+            let (key, kl) = self.word("a randvar attribute")?;
+            self.expect(Tok::Eq)?;
+            self.skip_newlines();
+            match key.as_str() {
+                "name" => {
+                    let (v, vl) = self.word("$name")?;
+                    let Some(v) = v.strip_prefix('$') else {
+                        return Err(
+                            self.err(vl, format!("randvar name must be a $variable, not '{v}'"))
+                        );
+                    };
+                    check_var_name(self.file, vl, v)?;
+                    name = Some(v.to_string());
+                }
+                "randtable" => table = self.randtable(kl)?,
+                k if KEYS.contains(&k) => attrs.push((key.clone(), self.value()?)),
+                other => return Err(self.err(kl, format!("unknown randvar attribute '{other}'"))),
+            }
+            self.skip_newlines_if(end.is_some());
+            match self.peek() {
+                Some(Tok::Comma) => {
+                    self.next();
+                }
+                _ if end.is_none() => break,
+                Some(t) if Some(t) == end.as_ref() => {}
+                _ => return Err(self.err(self.line(), "randvar: expected ',' or ')'")),
+            }
+        }
+        if !attrs.iter().any(|(k, _)| k == "type") {
+            if table.is_empty() {
+                return Err(self.err(line, "randvar needs type=… (uniform, gamma, tabular)"));
+            }
+            attrs.push(("type".into(), Expr::Word("tabular".into())));
+        }
+        Ok((name, Expr::Randvar { attrs, table }))
+    }
+
+    fn skip_newlines_if(&mut self, yes: bool) {
+        if yes {
+            self.skip_newlines();
+        }
+    }
+
+    /// `{{percent, min, max}, …}`, over as many lines as it likes.
+    fn randtable(&mut self, line: usize) -> Result<Vec<[Expr; 3]>, ParseError> {
+        self.expect(Tok::LBrace)?;
+        let mut rows = Vec::new();
+        loop {
+            self.skip_newlines();
+            match self.next().map(|t| t.kind) {
+                Some(Tok::RBrace) => break,
+                Some(Tok::Comma) if !rows.is_empty() => continue,
+                Some(Tok::LBrace) => {}
+                _ => return Err(self.err(line, "randtable: expected '{percent, min, max}'")),
+            }
+            let mut row = Vec::with_capacity(3);
+            for k in 0..3 {
+                self.skip_newlines();
+                row.push(self.value()?);
+                self.skip_newlines();
+                let want = if k < 2 { Tok::Comma } else { Tok::RBrace };
+                self.expect(want)?;
+            }
+            if let Ok(r) = <[Expr; 3]>::try_from(row) {
+                rows.push(r);
+            }
+        }
+        if rows.is_empty() {
+            return Err(self.err(line, "randtable has no row"));
+        }
+        Ok(rows)
     }
 
     fn optional_value(&mut self) -> Result<Option<Expr>, ParseError> {

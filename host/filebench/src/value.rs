@@ -99,6 +99,24 @@ impl Vars {
                 let get = |n: &str| vals.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
                 Ok(Value::Random(Dist::build(kind, get)?))
             }
+            Expr::Randvar { attrs, table } => {
+                let mut kind = "uniform".to_string();
+                let mut vals = Vec::with_capacity(attrs.len());
+                for (k, v) in attrs {
+                    match k.as_str() {
+                        "type" => kind = self.text(v)?,
+                        // Our generator is used (seeded by --seed).
+                        "seed" | "randsrc" => {}
+                        _ => vals.push((k.as_str(), self.number(v)?)),
+                    }
+                }
+                let mut rows = Vec::with_capacity(table.len());
+                for [p, lo, hi] in table {
+                    rows.push([self.number(p)?, self.number(lo)?, self.number(hi)?]);
+                }
+                let get = |n: &str| vals.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+                Ok(Value::Random(crate::dist::randvar(&kind, get, &rows)?))
+            }
             Expr::Binary { op, lhs, rhs } => {
                 let (a, b) = (self.number(lhs)?, self.number(rhs)?);
                 let v = match op {

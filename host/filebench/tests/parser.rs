@@ -232,7 +232,7 @@ fn malformed_files_name_the_line() {
         ),
         (
             "define randvar name=$r\n",
-            "w.f:1: cannot define 'randvar' (fileset, file, process, flowop)",
+            "w.f:1: randvar needs type=… (uniform, gamma, tabular)",
         ),
         (
             "define fileset path=/t\n",
@@ -288,5 +288,29 @@ fn composite_flowop_definitions_are_checked() {
     assert_eq!(
         err("define flowop name=c, $x\n{\n flowop statfile name=s,filesetname=$x\n}\ndefine process name=p\n{\n thread name=t\n {\n  flowop c name=c1, $y=1\n }\n}\n"),
         "w.f:9: flowop c: unknown attribute '$y'"
+    );
+}
+
+#[test]
+fn randvar_values_and_definitions_span_lines() {
+    let s = ok("set $w = randvar(type=tabular, min=1k, round=1k, randtable =\n{{ 50, 1k, 7k},\n {50, 9k, 15k}\n})\ndefine randvar name=$i, type=tabular, min=1k, randtable =\n{{ 80, 1k, 4k},\n { 20, 4k, 16k}}\nset $g = randvar(type=gamma, min=0, gamma=100)\n");
+    let names: Vec<_> = s
+        .stmts
+        .iter()
+        .filter_map(|st| match &st.kind {
+            StmtKind::SetVar {
+                name,
+                value: Expr::Randvar { table, .. },
+            } => Some((name.clone(), table.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        vec![("w".into(), 2), ("i".into(), 2), ("g".into(), 0)]
+    );
+    assert_eq!(
+        err("set $x = randvar(type=tabular, colour=red)\n"),
+        "w.f:1: unknown randvar attribute 'colour'"
     );
 }
