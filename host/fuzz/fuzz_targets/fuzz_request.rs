@@ -45,6 +45,7 @@ fn server() -> &'static PassthroughServer {
             writeback: false,
             allow_direct_io: false,
             readdirplus: true,
+            max_open: 0,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

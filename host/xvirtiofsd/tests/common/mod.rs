@@ -95,6 +95,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         writeback: false,
         allow_direct_io: false,
         readdirplus: true,
+        max_open: 0,
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
