@@ -172,3 +172,45 @@ fn the_seccomp_filter_kills_an_execve() {
     // Without the filter the same program runs.
     assert!(Command::new("/bin/true").status().unwrap().success());
 }
+
+/// `/proc/PID/root` needs ptrace access, which the kernel refuses to a
+/// process whose permitted capabilities are not a superset of the target's:
+/// with the daemon's capability set, another root process's root (here a
+/// `sleep` started with full capabilities) is unreachable. Control: with
+/// full capabilities it is reachable.
+#[test]
+fn with_the_daemons_capabilities_other_roots_are_unreachable() {
+    use std::os::unix::process::CommandExt;
+    root();
+    let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
+    let target = format!("/proc/{}/root/", victim.id());
+    let ls = || {
+        let mut c = Command::new("ls");
+        c.arg(&target).stdout(Stdio::null()).stderr(Stdio::null());
+        c
+    };
+    assert!(
+        ls().status().unwrap().success(),
+        "control: full capabilities"
+    );
+    let mask = xvirtiofsd::caps::mask(None).unwrap();
+    let mut confined = ls();
+    // SAFETY: the closure only makes prctl calls; it allocates nothing.
+    unsafe {
+        confined.pre_exec(move || {
+            for cap in 0..64 {
+                if mask & 1 << cap == 0 {
+                    xvirtiofsd::sys::drop_bounding_cap(cap)?;
+                }
+            }
+            Ok(())
+        });
+    }
+    let status = confined.status().unwrap();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(
+        !status.success(),
+        "{target} reachable with the daemon's capabilities"
+    );
+}
