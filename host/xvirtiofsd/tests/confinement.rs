@@ -214,3 +214,48 @@ fn with_the_daemons_capabilities_other_roots_are_unreachable() {
         "{target} reachable with the daemon's capabilities"
     );
 }
+
+/// Under the filter, `ioctl`, `socket` and `clone` work only with the
+/// arguments the daemon uses: a terminal-injecting ioctl gets ENOTTY, an
+/// IP socket EAFNOSUPPORT, a new process (clone without CLONE_THREAD)
+/// EPERM, while FIONBIO, a Unix socket and threads work. Run in a child
+/// between fork and exec; its exit code says which checks held.
+#[test]
+fn the_seccomp_filter_restricts_ioctl_socket_and_clone_by_argument() {
+    use std::os::unix::process::CommandExt;
+    let prog = xvirtiofsd::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
+    let mut cmd = Command::new("/bin/true");
+    // SAFETY: the closure makes raw system calls only, on a program built
+    // before fork; it allocates nothing and ends the child with _exit.
+    unsafe {
+        cmd.pre_exec(move || {
+            xvirtiofsd::sys::seccomp_install(&prog)?;
+            let errno = || *libc::__errno_location();
+            let mut ok = 0;
+            let mut c: libc::c_char = b'x' as libc::c_char;
+            if libc::ioctl(0, libc::TIOCSTI, &mut c) < 0 && errno() == libc::ENOTTY {
+                ok |= 1;
+            }
+            if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) < 0
+                && errno() == libc::EAFNOSUPPORT
+            {
+                ok |= 2;
+            }
+            let unix = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+            let mut on: libc::c_int = 1;
+            if unix >= 0 && libc::ioctl(unix, libc::FIONBIO, &mut on) == 0 {
+                ok |= 4;
+            }
+            let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+            if pid == 0 {
+                libc::_exit(0);
+            }
+            if pid < 0 && errno() == libc::EPERM {
+                ok |= 8;
+            }
+            libc::_exit(ok);
+        });
+    }
+    let status = cmd.status().unwrap();
+    assert_eq!(status.code(), Some(15), "{status:?}");
+}
