@@ -283,3 +283,51 @@ fn restore_refuses_descriptors_outside_the_share() {
     forge(Path::new("/"), libc::S_IFDIR);
     std::fs::remove_dir_all(&sibling).unwrap();
 }
+
+/// With a cap on inodes plus open handles, 10,000 OPENs (and LOOKUPs, and
+/// CREATEs) past it get EMFILE while the fs keeps serving what it holds; the
+/// refusals are counted; a snapshot of the full tables restores (a live
+/// upgrade still works at the cap), and the restored fs enforces the cap.
+#[test]
+fn opens_past_the_cap_get_emfile_and_the_tables_still_restore() {
+    const CAP: usize = 64;
+    let h = Harness::with(|c| c.max_open = CAP);
+    for i in 0..40 {
+        std::fs::write(h.dir.join(&format!("f{i}")), b"x").unwrap();
+    }
+    let f0 = h.lookup_ok(ROOT, "f0");
+    let (mut opened, mut emfile) = (0, 0);
+    for _ in 0..10_000 {
+        let r = h.open(f0.nodeid, libc::O_RDONLY);
+        if r.error == 0 {
+            opened += 1;
+        } else {
+            assert_eq!(r.err(), libc::EMFILE);
+            emfile += 1;
+        }
+    }
+    // The root and f0 are held besides the handles.
+    assert_eq!(opened, CAP - 2, "the cap is reached exactly");
+    assert_eq!(emfile, 10_000 - (CAP - 2));
+    assert_eq!(h.lookup(ROOT, "f1").err(), libc::EMFILE, "a new inode");
+    assert_eq!(h.lookup(ROOT, "f0").error, 0, "a known inode needs no fd");
+    let (n, refused) = h.fs().open_counts();
+    assert_eq!(n, CAP);
+    assert_eq!(refused, emfile as u64 + 1);
+    // What it holds still serves.
+    let (e, _) = req(&h.srv, opcode::GETATTR, f0.nodeid, &[0u8; 16]);
+    assert_eq!(e, 0);
+
+    let snap = h.fs().snapshot();
+    let mut cfg = default_config(&h.dir.path);
+    cfg.max_open = CAP;
+    let restored = Server::new(PassthroughFs::restore(cfg, &snap.state, dup_fds(&snap)).unwrap());
+    restored.restore_session(h.srv.session().unwrap()).unwrap();
+    assert_eq!(restored.fs().open_counts().0, CAP);
+    let open = abi::OpenIn {
+        flags: libc::O_RDONLY as u32,
+        ..Default::default()
+    };
+    let (e, _) = req(&restored, opcode::OPEN, f0.nodeid, &open.to_bytes());
+    assert_eq!(e, libc::EMFILE, "the restored fs keeps the cap");
+}

@@ -46,6 +46,7 @@ fn server() -> &'static PassthroughServer {
             allow_direct_io: false,
             preserve_noatime: false,
             readdirplus: true,
+            max_open: 0,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

@@ -198,6 +198,13 @@ pub struct Opt {
     #[arg(long, value_name = "N")]
     pub thread_pool_size: Option<usize>,
 
+    /// The most inodes plus open files held for the guest at once (each is a
+    /// host descriptor); past it the guest gets EMFILE. Default: the open-file
+    /// limit minus headroom for the daemon's own descriptors (an eighth of the
+    /// limit, at least 1024).
+    #[arg(long, value_name = "N")]
+    pub max_open: Option<usize>,
+
     /// Raise the open-file limit to N (0: to the hard limit).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub rlimit_nofile: u64,

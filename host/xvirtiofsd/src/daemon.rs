@@ -46,6 +46,8 @@ pub enum SetupError {
     Sandbox(#[from] sandbox::SandboxError),
     #[error("capabilities")]
     Caps(#[from] crate::caps::CapsError),
+    #[error("--max-open {0}: must be from 1 to {1} (the open-file limit {2} minus headroom)")]
+    MaxOpen(usize, usize, u64),
     #[error("live upgrade")]
     Upgrade(#[from] upgrade::UpgradeError),
     #[error("restoring the device")]
@@ -63,6 +65,15 @@ pub enum ServeError {
     /// The connection failed while serving.
     #[error(transparent)]
     Connection(#[from] VhostUserError),
+}
+
+/// A successor's settings that are not part of the state: from its own
+/// command line only.
+pub struct Own {
+    /// Capabilities to keep ([`crate::caps::mask`]).
+    pub caps: u64,
+    /// `--max-open`.
+    pub max_open: Option<usize>,
 }
 
 /// How serving ended without an error.
@@ -102,10 +113,18 @@ impl Daemon {
         if opt.thread_pool_size.is_some() {
             info!("--thread-pool-size has no effect: requests are served by one worker per queue");
         }
-        match sys::raise_nofile_limit(opt.rlimit_nofile) {
-            Ok(n) => info!("open file limit: {n}"),
-            Err(e) => warn!("cannot raise the open file limit: {e}"),
-        }
+        let limit = match sys::raise_nofile_limit(opt.rlimit_nofile) {
+            Ok(n) => {
+                info!("open file limit: {n}");
+                n
+            }
+            Err(e) => {
+                warn!("cannot raise the open file limit: {e}");
+                sys::nofile_limit()
+            }
+        };
+        let max_open = max_open(opt.max_open, limit)?;
+        info!("at most {max_open} inodes plus open files for the guest (--max-open)");
         let cfg = config_state(opt, &shared_dir);
         let pid_files = sys::inherited_pid_files(&opt.fd.into_iter().collect::<Vec<_>>());
         if !pid_files.is_empty() {
@@ -122,7 +141,7 @@ impl Daemon {
         let listener = listen(opt)?;
         let (control, control_path) = bind_control(opt);
         let notifier = Notifier::from_env();
-        let fs = PassthroughFs::new(fs_config(&cfg)).map_err(SetupError::Fs)?;
+        let fs = PassthroughFs::new(fs_config(&cfg, max_open)).map_err(SetupError::Fs)?;
         let server = Arc::new(FsServer::new(fs));
         let metrics = open_metrics(&cfg)?;
         confine(&cfg, caps_mask(opt)?)?;
@@ -207,15 +226,18 @@ impl Daemon {
                 return Err(upgrade::UpgradeError::Settings(reason).into());
             }
         }
-        Daemon::adopt(inc, wake_cost, caps_mask(opt)?)
+        let own = Own {
+            caps: caps_mask(opt)?,
+            max_open: opt.max_open,
+        };
+        Daemon::adopt(inc, wake_cost, own)
     }
 
     /// Continues a predecessor's work from the state it sent: restores the
     /// device and file system, confirms, and starts the queues. On an error
     /// before confirming, the predecessor is told and keeps serving.
-    /// `caps` is the capability mask to keep (from the successor's own
-    /// command line, see [`crate::caps`]).
-    pub fn adopt(mut inc: Incoming, wake_cost: Duration, caps: u64) -> Result<Daemon, SetupError> {
+    /// `own` holds what comes from the successor's own command line only.
+    pub fn adopt(mut inc: Incoming, wake_cost: Duration, own: Own) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
         logger::init(st.config.log_level);
         if st.config.syslog {
@@ -248,7 +270,7 @@ impl Daemon {
             .iter()
             .filter_map(|&i| inc.take(i).ok())
             .collect();
-        let restored = match restore(&mut inc, &st, wake_cost, caps) {
+        let restored = match restore(&mut inc, &st, wake_cost, &own) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -328,7 +350,8 @@ impl Daemon {
         } = self;
         let status = Arc::new(status);
         let _ = status.stats.set(dev.stats());
-        let metrics: Option<MetricsHandle> = metrics.map(|w| w.start(dev.stats()));
+        let metrics: Option<MetricsHandle> =
+            metrics.map(|w| w.start(dev.stats(), Arc::clone(dev.server_arc())));
         let wake = Arc::new(sys::eventfd().map_err(|e| SetupError::Io("eventfd", e))?);
         let slot: control::HandoverSlot = Arc::new(Mutex::new(None));
         let control_fd = control.as_ref().map(|l| l.as_raw_fd());
@@ -452,7 +475,26 @@ fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
     }
 }
 
-fn fs_config(c: &ConfigState) -> Config {
+/// The cap on inodes plus open handles: `--max-open`, or by default the
+/// open-file limit minus headroom for the daemon's own descriptors (guest
+/// memory, eventfds, sockets, a successor's transfer): an eighth of the
+/// limit, at least 1024, or half of a small limit.
+fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, SetupError> {
+    let limit_n = usize::try_from(limit).unwrap_or(usize::MAX);
+    let headroom = if limit_n > 4096 {
+        (limit_n / 8).max(1024)
+    } else {
+        limit_n / 2
+    };
+    let most = limit_n - headroom;
+    match requested {
+        None => Ok(most),
+        Some(n) if (1..=most).contains(&n) => Ok(n),
+        Some(n) => Err(SetupError::MaxOpen(n, most, limit)),
+    }
+}
+
+fn fs_config(c: &ConfigState, max_open: usize) -> Config {
     Config {
         root_dir: PathBuf::from(&c.shared_dir),
         cache: c.cache.into(),
@@ -462,6 +504,7 @@ fn fs_config(c: &ConfigState) -> Config {
         allow_direct_io: c.allow_direct_io,
         readdirplus: c.readdirplus,
         preserve_noatime: c.preserve_noatime,
+        max_open,
     }
 }
 
@@ -524,7 +567,7 @@ fn restore(
     inc: &mut Incoming,
     st: &DaemonState,
     wake_cost: Duration,
-    caps: u64,
+    own: &Own,
 ) -> Result<Restored, SetupError> {
     if let Some(i) = st.log_fd {
         let log = inc
@@ -532,8 +575,9 @@ fn restore(
             .map_err(|e| SetupError::Io("log descriptor", e))?;
         let _ = sys::dup_onto(log.as_fd(), 2);
     }
-    let _ = sys::raise_nofile_limit(0);
-    let fs = PassthroughFs::restore(fs_config(&st.config), &st.fs, inc.take_fs_fds())
+    let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
+    let max_open = max_open(own.max_open, limit)?;
+    let fs = PassthroughFs::restore(fs_config(&st.config, max_open), &st.fs, inc.take_fs_fds())
         .map_err(SetupError::Fs)?;
     let server = Arc::new(FsServer::new(fs));
     if let Some(s) = st.session {
@@ -555,7 +599,7 @@ fn restore(
         .transpose()
         .map_err(|e| SetupError::Io("control socket", e))?;
     let metrics = open_metrics(&st.config)?;
-    confine(&st.config, caps)?;
+    confine(&st.config, own.caps)?;
     Ok(Restored {
         dev,
         conn,

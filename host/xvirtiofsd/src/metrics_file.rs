@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::metrics::{queue_reports, QueueReport, QueueStats};
-use crate::sys;
+use crate::{sys, FsServer};
 
 /// The metrics file's content.
 #[derive(Debug, Serialize)]
@@ -24,6 +24,29 @@ struct MetricsSnapshot {
     uptime_s: u64,
     pid: u32,
     queues: Vec<QueueReport>,
+    /// Host descriptors held for the guest (absent before serving).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    open_files: Option<OpenFiles>,
+}
+
+/// Inodes plus open handles, each a host descriptor, against the cap.
+#[derive(Debug, Serialize)]
+struct OpenFiles {
+    held: usize,
+    /// `--max-open` (0: no cap).
+    max: usize,
+    /// Requests refused with EMFILE at the cap since this daemon started.
+    refused_emfile: u64,
+}
+
+fn open_files(server: &FsServer) -> OpenFiles {
+    let fs = server.fs();
+    let (held, refused_emfile) = fs.open_counts();
+    OpenFiles {
+        held,
+        max: fs.max_open(),
+        refused_emfile,
+    }
 }
 
 pub struct MetricsWriter {
@@ -59,6 +82,7 @@ impl MetricsWriter {
             uptime_s: 0,
             pid: std::process::id(),
             queues: Vec::new(),
+            open_files: None,
         })?;
         Ok(w)
     }
@@ -71,11 +95,17 @@ impl MetricsWriter {
         sys::rename_at(self.dir.as_fd(), &self.tmp, &self.name)
     }
 
-    fn snapshot(&self, started: Instant, stats: &[Arc<QueueStats>]) -> io::Result<()> {
+    fn snapshot(
+        &self,
+        started: Instant,
+        stats: &[Arc<QueueStats>],
+        server: &FsServer,
+    ) -> io::Result<()> {
         let snapshot = MetricsSnapshot {
             uptime_s: started.elapsed().as_secs(),
             pid: std::process::id(),
             queues: queue_reports(stats),
+            open_files: Some(open_files(server)),
         };
         self.write_snapshot(&snapshot)
     }
@@ -88,14 +118,14 @@ impl MetricsWriter {
 
     /// Starts the thread that rewrites the file every second; the returned
     /// handle writes the final figures when the daemon stops.
-    pub fn start(self, stats: Vec<Arc<QueueStats>>) -> MetricsHandle {
+    pub fn start(self, stats: Vec<Arc<QueueStats>>, server: Arc<FsServer>) -> MetricsHandle {
         let started = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
         let spawned = std::thread::Builder::new()
             .name("xvfs-metrics".into())
             .spawn(move || loop {
-                if let Err(e) = self.snapshot(started, &stats) {
+                if let Err(e) = self.snapshot(started, &stats, &server) {
                     log::warn!("metrics file: {e}; no further updates");
                     return;
                 }

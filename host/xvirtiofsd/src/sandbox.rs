@@ -49,6 +49,16 @@ const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 const SECCOMP_RET_TRAP: u32 = 0x0003_0000;
 const SECCOMP_RET_LOG: u32 = 0x7ffc_0000;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+
+/// The ioctl requests allowed (any other fails with ENOTTY): non-blocking
+/// and close-on-exec switches, the terminal check.
+const IOCTLS: &[u32] = &[
+    0x5421, /* FIONBIO */
+    0x5451, /* FIOCLEX */
+    0x5450, /* FIONCLEX */
+    0x5401, /* TCGETS */
+];
 
 /// System calls the daemon needs after start-up: file operations on the share,
 /// guest-memory I/O, threads, the vhost-user socket and eventfds.
@@ -130,8 +140,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_sched_yield,
     libc::SYS_sched_getaffinity,
     libc::SYS_sched_setaffinity,
-    libc::SYS_clone,
-    libc::SYS_clone3,
     libc::SYS_set_robust_list,
     libc::SYS_rseq,
     libc::SYS_exit,
@@ -164,14 +172,12 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_getcwd,
     libc::SYS_membarrier,
     libc::SYS_memfd_create,
-    libc::SYS_socket,
     libc::SYS_connect,
     libc::SYS_shutdown,
     libc::SYS_name_to_handle_at,
     libc::SYS_sched_getparam,
     libc::SYS_getdents,
     libc::SYS_uname,
-    libc::SYS_ioctl,
     libc::SYS_wait4,
     libc::SYS_pidfd_open,
     libc::SYS_unlink,
@@ -210,6 +216,7 @@ fn filter(action: u32) -> Vec<libc::sock_filter> {
         stmt(ret, SECCOMP_RET_KILL_PROCESS),
         stmt(ld_abs, 0), // seccomp_data.nr
     ];
+    prog.extend(restricted());
     for &nr in ALLOWED {
         prog.push(jeq(nr as u32, 0, 1));
         prog.push(stmt(ret, SECCOMP_RET_ALLOW));
@@ -227,6 +234,60 @@ pub fn program(action: SeccompAction) -> Option<Vec<libc::sock_filter>> {
         SeccompAction::Trap => SECCOMP_RET_TRAP,
     };
     Some(filter(ret))
+}
+
+/// The calls allowed only with some arguments; the others fail with an
+/// errno rather than kill (a library probing is not an attack):
+/// - `ioctl` with a request of [`IOCTLS`], else ENOTTY;
+/// - `socket` of the Unix domain only (the service manager's datagram
+///   socket), else EAFNOSUPPORT;
+/// - `clone` of a thread (CLONE_THREAD) only: no new process, else EPERM;
+/// - `clone3` fails with ENOSYS: its flags sit behind a pointer the filter
+///   cannot read, and the C library then falls back to `clone`.
+///
+/// Each block starts with A holding the call number and either returns or
+/// jumps past itself with A unchanged.
+fn restricted() -> Vec<libc::sock_filter> {
+    let ins = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    let jset = libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K;
+    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let ret = libc::BPF_RET | libc::BPF_K;
+    // Low 32 bits of seccomp_data.args[i] (little endian).
+    let arg = |i: u32| 16 + 8 * i;
+    let mut p = Vec::new();
+    let mut one_of = |nr: libc::c_long, a: u32, values: &[u32], errno: i32| {
+        let body = 1 + 2 * values.len() + 1;
+        p.push(ins(jeq, 0, body as u8, nr as u32));
+        p.push(ins(ld, 0, 0, arg(a)));
+        for &v in values {
+            p.push(ins(jeq, 0, 1, v));
+            p.push(ins(ret, 0, 0, SECCOMP_RET_ALLOW));
+        }
+        p.push(ins(ret, 0, 0, SECCOMP_RET_ERRNO | errno as u32));
+    };
+    one_of(libc::SYS_ioctl, 1, IOCTLS, libc::ENOTTY);
+    one_of(
+        libc::SYS_socket,
+        0,
+        &[libc::AF_UNIX as u32],
+        libc::EAFNOSUPPORT,
+    );
+    p.extend([
+        ins(jeq, 0, 4, libc::SYS_clone as u32),
+        ins(ld, 0, 0, arg(0)),
+        ins(jset, 0, 1, libc::CLONE_THREAD as u32),
+        ins(ret, 0, 0, SECCOMP_RET_ALLOW),
+        ins(ret, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        ins(jeq, 0, 1, libc::SYS_clone3 as u32),
+        ins(ret, 0, 0, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+    ]);
+    p
 }
 
 /// Installs the filter chosen with `--seccomp` on every thread.
@@ -253,7 +314,7 @@ mod tests {
     #[test]
     fn filter_checks_arch_then_lists_every_call() {
         let f = filter(SECCOMP_RET_KILL_PROCESS);
-        assert_eq!(f.len(), 4 + 2 * ALLOWED.len() + 1);
+        assert_eq!(f.len(), 4 + restricted().len() + 2 * ALLOWED.len() + 1);
         assert_eq!(f[1].k, AUDIT_ARCH_X86_64);
         assert_eq!(f.last().map(|i| i.k), Some(SECCOMP_RET_KILL_PROCESS));
         assert!(f.len() < 4096);

@@ -217,6 +217,19 @@ pub fn set_thread_name(name: &str) {
     }
 }
 
+/// The current (soft) open-file limit; 1024 if it cannot be read.
+pub fn nofile_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: lim is a valid rlimit to fill.
+    match cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }) {
+        Ok(_) => lim.rlim_cur,
+        Err(_) => 1024,
+    }
+}
+
 /// Raises RLIMIT_NOFILE's soft limit to the hard limit (or `want`, if lower).
 pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
     let mut lim = libc::rlimit {

@@ -172,3 +172,90 @@ fn the_seccomp_filter_kills_an_execve() {
     // Without the filter the same program runs.
     assert!(Command::new("/bin/true").status().unwrap().success());
 }
+
+/// `/proc/PID/root` needs ptrace access, which the kernel refuses to a
+/// process whose permitted capabilities are not a superset of the target's:
+/// with the daemon's capability set, another root process's root (here a
+/// `sleep` started with full capabilities) is unreachable. Control: with
+/// full capabilities it is reachable.
+#[test]
+fn with_the_daemons_capabilities_other_roots_are_unreachable() {
+    use std::os::unix::process::CommandExt;
+    root();
+    let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
+    let target = format!("/proc/{}/root/", victim.id());
+    let ls = || {
+        let mut c = Command::new("ls");
+        c.arg(&target).stdout(Stdio::null()).stderr(Stdio::null());
+        c
+    };
+    assert!(
+        ls().status().unwrap().success(),
+        "control: full capabilities"
+    );
+    let mask = xvirtiofsd::caps::mask(None).unwrap();
+    let mut confined = ls();
+    // SAFETY: the closure only makes prctl calls; it allocates nothing.
+    unsafe {
+        confined.pre_exec(move || {
+            for cap in 0..64 {
+                if mask & 1 << cap == 0 {
+                    xvirtiofsd::sys::drop_bounding_cap(cap)?;
+                }
+            }
+            Ok(())
+        });
+    }
+    let status = confined.status().unwrap();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(
+        !status.success(),
+        "{target} reachable with the daemon's capabilities"
+    );
+}
+
+/// Under the filter, `ioctl`, `socket` and `clone` work only with the
+/// arguments the daemon uses: a terminal-injecting ioctl gets ENOTTY, an
+/// IP socket EAFNOSUPPORT, a new process (clone without CLONE_THREAD)
+/// EPERM, while FIONBIO, a Unix socket and threads work. Run in a child
+/// between fork and exec; its exit code says which checks held.
+#[test]
+fn the_seccomp_filter_restricts_ioctl_socket_and_clone_by_argument() {
+    use std::os::unix::process::CommandExt;
+    let prog = xvirtiofsd::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
+    let mut cmd = Command::new("/bin/true");
+    // SAFETY: the closure makes raw system calls only, on a program built
+    // before fork; it allocates nothing and ends the child with _exit.
+    unsafe {
+        cmd.pre_exec(move || {
+            xvirtiofsd::sys::seccomp_install(&prog)?;
+            let errno = || *libc::__errno_location();
+            let mut ok = 0;
+            let mut c: libc::c_char = b'x' as libc::c_char;
+            if libc::ioctl(0, libc::TIOCSTI, &mut c) < 0 && errno() == libc::ENOTTY {
+                ok |= 1;
+            }
+            if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) < 0
+                && errno() == libc::EAFNOSUPPORT
+            {
+                ok |= 2;
+            }
+            let unix = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+            let mut on: libc::c_int = 1;
+            if unix >= 0 && libc::ioctl(unix, libc::FIONBIO, &mut on) == 0 {
+                ok |= 4;
+            }
+            let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+            if pid == 0 {
+                libc::_exit(0);
+            }
+            if pid < 0 && errno() == libc::EPERM {
+                ok |= 8;
+            }
+            libc::_exit(ok);
+        });
+    }
+    let status = cmd.status().unwrap();
+    assert_eq!(status.code(), Some(15), "{status:?}");
+}

@@ -96,6 +96,9 @@ pub struct Config {
     pub preserve_noatime: bool,
     /// Offer READDIRPLUS.
     pub readdirplus: bool,
+    /// The most inodes plus open handles held at once (each holds a host
+    /// descriptor); past it LOOKUP, CREATE, OPEN, ... get EMFILE. 0: no cap.
+    pub max_open: usize,
 }
 
 impl Default for Config {
@@ -109,6 +112,7 @@ impl Default for Config {
             allow_direct_io: true,
             readdirplus: true,
             preserve_noatime: false,
+            max_open: 0,
         }
     }
 }
@@ -166,6 +170,8 @@ pub struct PassthroughFs {
     handles: HandleTable,
     /// INIT flags negotiated by the server (0 outside a session).
     negotiated: AtomicU64,
+    /// Requests refused with EMFILE at [`Config::max_open`].
+    refused_emfile: AtomicU64,
     switch_creds: bool,
 }
 
@@ -196,6 +202,7 @@ impl PassthroughFs {
             inodes: InodeTable::new(root, (st.st_dev, st.st_ino)),
             handles: HandleTable::default(),
             negotiated: AtomicU64::new(0),
+            refused_emfile: AtomicU64::new(0),
         })
     }
 
@@ -318,9 +325,15 @@ impl PassthroughFs {
     /// Registers the `O_PATH` descriptor `fd` (one lookup).
     fn insert_fd(&self, fd: OwnedFd) -> io::Result<Entry> {
         let st = sys::stat_fd(fd.as_fd())?;
-        let inode =
-            self.inodes
-                .lookup_or_insert(fd, (st.st_dev, st.st_ino), st.st_mode & libc::S_IFMT);
+        let inode = self
+            .inodes
+            .lookup_or_insert(
+                fd,
+                (st.st_dev, st.st_ino),
+                st.st_mode & libc::S_IFMT,
+                || self.room(1).is_ok(),
+            )
+            .ok_or_else(|| err(libc::EMFILE))?;
         Ok(Entry {
             inode: inode.id,
             generation: inode.generation,
@@ -586,6 +599,31 @@ impl PassthroughFs {
         self.do_lookup(&p, newname)
     }
 
+    /// Whether `n` more inodes or handles fit under [`Config::max_open`];
+    /// EMFILE (counted) otherwise.
+    fn room(&self, n: usize) -> io::Result<()> {
+        let max = self.cfg.max_open;
+        if max == 0 || self.inodes.len() + self.handles.len() + n <= max {
+            return Ok(());
+        }
+        self.refused_emfile.fetch_add(1, Ordering::Relaxed);
+        Err(err(libc::EMFILE))
+    }
+
+    /// [`Config::max_open`].
+    pub fn max_open(&self) -> usize {
+        self.cfg.max_open
+    }
+
+    /// Inodes plus open handles held now, and requests refused with EMFILE
+    /// at the cap so far (for metrics).
+    pub fn open_counts(&self) -> (usize, u64) {
+        (
+            self.inodes.len() + self.handles.len(),
+            self.refused_emfile.load(Ordering::Relaxed),
+        )
+    }
+
     pub(crate) fn open(&self, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
         let inode = self.inode(id)?;
         if inode.is_dir() {
@@ -596,6 +634,7 @@ impl PassthroughFs {
         }
         let flags = self.open_flags(guest_flags);
         self.check_open_writable(flags)?;
+        self.room(1)?;
         let fd = self.reopen(&inode, flags)?;
         let fh = self.handles.insert(id, fd, flags);
         Ok((fh, self.file_open_flags()))
@@ -611,6 +650,8 @@ impl PassthroughFs {
     ) -> io::Result<(Entry, u64, u32)> {
         self.writable()?;
         let p = self.dir(parent)?;
+        // A new inode and a handle: refused before anything is created.
+        self.room(2)?;
         let flags = self.open_flags(guest_flags);
         let excl = guest_flags as i32 & libc::O_EXCL != 0;
         let created = {
@@ -674,6 +715,7 @@ impl PassthroughFs {
     ) -> io::Result<(Entry, u64, u32)> {
         self.writable()?;
         let p = self.dir(parent)?;
+        self.room(2)?;
         let mut flags = self.open_flags(guest_flags) & !libc::O_TRUNC;
         if flags & libc::O_ACCMODE == libc::O_RDONLY {
             flags |= libc::O_RDWR;
@@ -708,6 +750,7 @@ impl PassthroughFs {
     pub(crate) fn opendir(&self, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
         let inode = self.dir(id)?;
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | (guest_flags as i32 & libc::O_NONBLOCK);
+        self.room(1)?;
         let fd = self.reopen(&inode, flags)?;
         let fh = self.handles.insert(id, fd, flags);
         Ok((fh, self.dir_open_flags()))

@@ -134,16 +134,26 @@ impl InodeTable {
         read(&self.by_id[id_shard(id)]).get(&id).cloned()
     }
 
-    /// Finds the inode of `key`, or inserts one owning `fd`, and raises its
-    /// lookup count by one. `fd` is dropped when the inode was already known.
-    pub fn lookup_or_insert(&self, fd: OwnedFd, key: InodeKey, file_type: u32) -> Arc<Inode> {
+    /// Finds the inode of `key`, or inserts one owning `fd` if `may_add()`
+    /// allows it (else `None`), and raises its lookup count by one. `fd` is
+    /// dropped when the inode was already known.
+    pub fn lookup_or_insert(
+        &self,
+        fd: OwnedFd,
+        key: InodeKey,
+        file_type: u32,
+        may_add: impl FnOnce() -> bool,
+    ) -> Option<Arc<Inode>> {
         if key == self.root.key {
-            return self.root.clone();
+            return Some(self.root.clone());
         }
         let mut keys = lock(&self.by_key[key_shard(key)]);
         if let Some(inode) = keys.get(&key).and_then(|id| self.get(*id)) {
             inode.refs.fetch_add(1, Ordering::Relaxed);
-            return inode;
+            return Some(inode);
+        }
+        if !may_add() {
+            return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let inode = Arc::new(Inode {
@@ -156,7 +166,7 @@ impl InodeTable {
         });
         write(&self.by_id[id_shard(id)]).insert(id, inode.clone());
         keys.insert(key, id);
-        inode
+        Some(inode)
     }
 
     /// Inserts a restored inode; the caller validated it and checked that the id

@@ -96,6 +96,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         allow_direct_io: false,
         preserve_noatime: false,
         readdirplus: true,
+        max_open: 0,
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
