@@ -1,0 +1,534 @@
+//! From the script to what runs: fileset specifications from `define
+//! fileset|file`, and the per-thread plans of compiled flowops (attributes
+//! resolved, names linked: semaphores, wake points, finish quotas).
+
+use super::*;
+
+impl Engine {
+    fn fileset_spec(
+        &self,
+        line: usize,
+        attrs: &Attrs,
+        is_file: bool,
+    ) -> Result<FilesetSpec, Error> {
+        let ev = |e: String| Error::run(&self.file, line, e);
+        let text = |n: &str| -> Result<Option<String>, Error> {
+            match attrs.get(n) {
+                Some(Attr {
+                    value: Some(v),
+                    line: l,
+                    ..
+                }) => self
+                    .vars
+                    .text(v)
+                    .map(Some)
+                    .map_err(|e| Error::run(&self.file, *l, e)),
+                Some(Attr {
+                    value: None,
+                    line: l,
+                    ..
+                }) => Err(self.err(*l, format!("attribute {n} needs a value"))),
+                None => Ok(None),
+            }
+        };
+        let num = |n: &str| -> Result<Option<f64>, Error> {
+            match text(n)? {
+                Some(t) => crate::value::parse_number(&t)
+                    .map(Some)
+                    .ok_or_else(|| self.err(line, format!("{n}='{t}' is not a number"))),
+                None => Ok(None),
+            }
+        };
+        let flag = |n: &str| -> Result<bool, Error> {
+            match attrs.get(n) {
+                None => Ok(false),
+                Some(Attr { value: None, .. }) => Ok(true),
+                Some(Attr {
+                    value: Some(v),
+                    line: l,
+                    ..
+                }) => self
+                    .vars
+                    .boolean(v)
+                    .map_err(|e| Error::run(&self.file, *l, e)),
+            }
+        };
+        let name = text("name")?.ok_or_else(|| self.err(line, "fileset needs name"))?;
+        let path = text("path")?.ok_or_else(|| self.err(line, "fileset needs path"))?;
+        // No size: empty files (Filebench's default of 0).
+        let size = match attrs.get("size") {
+            Some(Attr { value: Some(v), .. }) => self.vars.eval(v).map_err(ev)?,
+            _ => Value::Text("0".into()),
+        };
+        if let Value::Text(t) = &size {
+            if crate::value::parse_number(t).is_none() {
+                return Err(self.err(line, format!("size='{t}' is not a number")));
+            }
+        }
+        let entries = if is_file {
+            1
+        } else {
+            num("entries")?
+                .ok_or_else(|| self.err(line, format!("fileset {name} needs entries=…")))?
+                as u64
+        };
+        let prealloc = match attrs.get("prealloc") {
+            None => None,
+            Some(Attr { value: None, .. }) => Some(100.0),
+            Some(Attr {
+                value: Some(v),
+                line: l,
+                ..
+            }) => {
+                let t = self
+                    .vars
+                    .text(v)
+                    .map_err(|e| Error::run(&self.file, *l, e))?;
+                match crate::value::parse_bool(&t) {
+                    Some(true) if t != "1" => Some(100.0),
+                    Some(false) if t != "0" => None,
+                    _ => Some(crate::value::parse_number(&t).ok_or_else(|| {
+                        self.err(*l, format!("prealloc='{t}' is not a percentage"))
+                    })?),
+                }
+            }
+        };
+        if let Some(p) = prealloc {
+            if p > 100.0 {
+                return Err(self.err(line, format!("prealloc={p} is more than 100 %")));
+            }
+        }
+        Ok(FilesetSpec {
+            name,
+            path: PathBuf::from(path),
+            is_file,
+            size,
+            entries,
+            dirwidth: num("dirwidth")?.unwrap_or(DEFAULT_DIRWIDTH),
+            dirgamma: num("dirgamma")?.unwrap_or(DEFAULT_DIRGAMMA) / 1000.0,
+            filesizegamma: num("filesizegamma")?.unwrap_or(0.0) / 1000.0,
+            prealloc,
+            reuse: flag("reuse")?,
+            paralloc: flag("paralloc")?,
+            readonly: flag("readonly")?,
+            trusttree: flag("trusttree")?,
+            leafdirs: num("leafdirs")?.unwrap_or(0.0) as u64,
+            purge: attrs.has("cached") && !flag("cached")?,
+        })
+    }
+
+    pub(super) fn create_filesets(&mut self, _line: usize) -> Result<(), Error> {
+        let defs = std::mem::take(&mut self.fileset_defs);
+        for (line, attrs, is_file) in &defs {
+            let spec = self.fileset_spec(*line, attrs, *is_file)?;
+            if self.fileset(&spec.name).is_some() {
+                return Err(self.err(*line, format!("fileset {} is defined twice", spec.name)));
+            }
+            let kind = if *is_file { "file" } else { "fileset" };
+            let t0 = Instant::now();
+            let fs = Fileset::layout(spec, &mut self.rng).map_err(|e| self.err(*line, e))?;
+            fs.create_on_disk().map_err(|e| {
+                self.err(*line, format!("creating {kind} {}: {e}", fs.root.display()))
+            })?;
+            let st = fs.stats();
+            let pre = fs.existing_files();
+            if *is_file {
+                self.say(format!(
+                    "{} populated: {:.3}MB, {} in {:.1} s",
+                    fs.spec.name,
+                    st.bytes as f64 / 1048576.0,
+                    if pre > 0 {
+                        "preallocated"
+                    } else {
+                        "not preallocated"
+                    },
+                    t0.elapsed().as_secs_f64()
+                ));
+            } else {
+                self.say(format!(
+                    "{} populated: {} files, avg. dir. width = {:.1}, avg. dir. depth = {:.1}, {} leafdirs, {:.3}MB total size, {} preallocated in {:.1} s",
+                    fs.spec.name,
+                    st.files,
+                    st.mean_width,
+                    st.mean_depth,
+                    fs.leafdirs.len(),
+                    st.bytes as f64 / 1048576.0,
+                    pre,
+                    t0.elapsed().as_secs_f64()
+                ));
+            }
+            self.filesets.push(Arc::new(fs));
+        }
+        Ok(())
+    }
+
+    pub(super) fn compile(&mut self, shared: &mut Shared) -> Result<Vec<ThreadPlan>, Error> {
+        let defs = self.process_defs.clone();
+        if defs.is_empty() {
+            return Err(self.err(1, "no process is defined"));
+        }
+        let events = match &self.eventgen {
+            Some((line, e)) => {
+                let rate = self.vars.number(e).map_err(|m| self.err(*line, m))?;
+                if rate <= 0.0 {
+                    None
+                } else {
+                    Some(Arc::new(EventGen::new(rate)))
+                }
+            }
+            None => None,
+        };
+        shared.events = events.clone();
+        // Pass 1: named semaphores, wake points and finish quotas.
+        let mut quotas: HashMap<String, (Arc<Quota>, bool)> = HashMap::new();
+        for (_, _, threads) in &defs {
+            for t in threads {
+                for (k, f) in t.flowops.iter().enumerate() {
+                    let name = self
+                        .attr_text(&f.attrs, "name", f.line)?
+                        .unwrap_or_default();
+                    match f.kind {
+                        FlowopKind::SemBlock => {
+                            shared
+                                .sems
+                                .entry(name)
+                                .or_insert_with(|| Arc::new(Sem::default()));
+                        }
+                        FlowopKind::Block => {
+                            shared
+                                .wakepoints
+                                .entry(name)
+                                .or_insert_with(|| Arc::new(WakePoint::default()));
+                        }
+                        FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
+                            let value =
+                                self.attr_num(&f.attrs, "value", f.line)?.ok_or_else(|| {
+                                    self.err(f.line, format!("{} needs value=…", f.kind.name()))
+                                })?;
+                            let target = match self.attr_text(&f.attrs, "target", f.line)? {
+                                Some(t) => t,
+                                None => self
+                                    .attr_text(&t.flowops[0].attrs, "name", f.line)?
+                                    .unwrap_or_default(),
+                            };
+                            if !t.flowops[..k].iter().chain(&t.flowops[k + 1..]).any(|o| {
+                                self.attr_text(&o.attrs, "name", o.line)
+                                    .ok()
+                                    .flatten()
+                                    .as_deref()
+                                    == Some(&target)
+                            }) {
+                                return Err(self.err(
+                                    f.line,
+                                    format!(
+                                        "{}: no flowop named {target} in this thread",
+                                        f.kind.name()
+                                    ),
+                                ));
+                            }
+                            if quotas.contains_key(&target) {
+                                return Err(self.err(
+                                    f.line,
+                                    format!("flowop {target} already has a finish condition"),
+                                ));
+                            }
+                            let bytes = f.kind == FlowopKind::FinishOnBytes;
+                            quotas.insert(
+                                target,
+                                (Arc::new(Quota::new(value.round() as u64)), bytes),
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // Pass 2: the thread plans.
+        let mut plans = Vec::new();
+        for (pline, pattrs, threads) in &defs {
+            let pname = self.attr_text(pattrs, "name", *pline)?.unwrap_or_default();
+            let pinst = self.attr_num(pattrs, "instances", *pline)?.unwrap_or(1.0) as u64;
+            for t in threads {
+                let tname = self
+                    .attr_text(&t.attrs, "name", t.line)?
+                    .unwrap_or_default();
+                let tinst = self.attr_num(&t.attrs, "instances", t.line)?.unwrap_or(1.0) as u64;
+                let memsize = self
+                    .attr_num(&t.attrs, "memsize", t.line)?
+                    .map(|m| m as u64)
+                    .unwrap_or(DEFAULT_MEMSIZE);
+                let mut ops = Vec::new();
+                let mut open: Vec<usize> = Vec::new();
+                for f in &t.flowops {
+                    let mut op = self.compile_op(f, &t.flowops, shared, &quotas, &events)?;
+                    match f.kind {
+                        FlowopKind::Composite => {
+                            open.push(ops.len());
+                            // The passes belong to the end marker.
+                            op.repeat = Some((ops.len(), op.iters));
+                            op.iters = 1;
+                        }
+                        FlowopKind::CompositeEnd => {
+                            let begin = open.pop().ok_or_else(|| {
+                                self.err(f.line, "composite flowop end without a start")
+                            })?;
+                            let start: &mut Op = &mut ops[begin];
+                            op.repeat = start.repeat.take().map(|(_, n)| (begin, n));
+                        }
+                        _ => {}
+                    }
+                    ops.push(op);
+                }
+                for p in 0..pinst.max(1) {
+                    for i in 0..tinst.max(1) {
+                        plans.push(ThreadPlan {
+                            file: self.file.clone(),
+                            label: format!("{pname}.{p}/{tname}.{i}"),
+                            memsize,
+                            ops: ops.clone(),
+                        });
+                    }
+                }
+                if pinst == 0 || tinst == 0 {
+                    return Err(self.err(t.line, "instances must be at least 1"));
+                }
+            }
+        }
+        Ok(plans)
+    }
+
+    fn attr_text(&self, attrs: &Attrs, name: &str, _line: usize) -> Result<Option<String>, Error> {
+        match attrs.get(name) {
+            Some(Attr {
+                value: Some(v),
+                line: l,
+                ..
+            }) => self
+                .vars
+                .text(v)
+                .map(Some)
+                .map_err(|e| Error::run(&self.file, *l, e)),
+            Some(Attr {
+                value: None,
+                line: l,
+                ..
+            }) => Err(self.err(*l, format!("attribute {name} needs a value"))),
+            None => Ok(None),
+        }
+    }
+
+    fn attr_num(&self, attrs: &Attrs, name: &str, line: usize) -> Result<Option<f64>, Error> {
+        match self.attr_text(attrs, name, line)? {
+            Some(t) => crate::value::parse_number(&t).map(Some).ok_or_else(|| {
+                self.err(
+                    attrs.get(name).map(|a| a.line).unwrap_or(line),
+                    format!("{name}='{t}' is not a number"),
+                )
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// `iosize=`: a number, or a random variable with the cap of its draws
+    /// (the upper bound of uniform and triangular, else 8 × the mean, at
+    /// most [`MAX_RANDOM_IOSIZE`]).
+    fn io_size_attr(
+        &self,
+        attrs: &Attrs,
+        default: u64,
+    ) -> Result<(u64, Option<crate::dist::Dist>), Error> {
+        use crate::dist::Dist;
+        let Some(Attr {
+            value: Some(v),
+            line: l,
+            ..
+        }) = attrs.get("iosize")
+        else {
+            return Ok((default, None));
+        };
+        match self.vars.eval(v).map_err(|e| self.err(*l, e))? {
+            Value::Text(t) => crate::value::parse_number(&t)
+                .map(|n| (n as u64, None))
+                .ok_or_else(|| self.err(*l, format!("iosize='{t}' is not a number"))),
+            Value::Random(d) => {
+                let cap = match d {
+                    Dist::Uniform { upper, .. } | Dist::Triangular { upper, .. } => upper,
+                    _ => d.mean() * 8.0,
+                };
+                Ok(((cap.ceil() as u64).clamp(1, MAX_RANDOM_IOSIZE), Some(d)))
+            }
+        }
+    }
+
+    /// A number attribute that may also be a random variable (drawn anew
+    /// at each use).
+    fn maybe_random_attr(
+        &self,
+        attrs: &Attrs,
+        name: &str,
+    ) -> Result<(Option<f64>, Option<crate::dist::Dist>), Error> {
+        let Some(Attr {
+            value: Some(v),
+            line: l,
+            ..
+        }) = attrs.get(name)
+        else {
+            return Ok((None, None));
+        };
+        match self.vars.eval(v).map_err(|e| self.err(*l, e))? {
+            Value::Text(t) => crate::value::parse_number(&t)
+                .map(|n| (Some(n), None))
+                .ok_or_else(|| self.err(*l, format!("{name}='{t}' is not a number"))),
+            Value::Random(d) => Ok((None, Some(d))),
+        }
+    }
+
+    fn attr_flag(&self, attrs: &Attrs, name: &str) -> Result<bool, Error> {
+        match attrs.get(name) {
+            None => Ok(false),
+            Some(Attr { value: None, .. }) => Ok(true),
+            Some(Attr {
+                value: Some(v),
+                line,
+                ..
+            }) => self.vars.boolean(v).map_err(|e| self.err(*line, e)),
+        }
+    }
+
+    fn compile_op(
+        &self,
+        f: &FlowopDef,
+        all: &[FlowopDef],
+        shared: &Shared,
+        quotas: &HashMap<String, (Arc<Quota>, bool)>,
+        events: &Option<Arc<EventGen>>,
+    ) -> Result<Op, Error> {
+        let a = &f.attrs;
+        let line = f.line;
+        let name = self.attr_text(a, "name", line)?.unwrap_or_default();
+        let fsname = match self.attr_text(a, "filesetname", line)? {
+            Some(n) => Some(n),
+            None => self.attr_text(a, "filename", line)?,
+        };
+        let fileset = match &fsname {
+            Some(n) => Some(
+                self.filesets
+                    .iter()
+                    .position(|f| &f.spec.name == n)
+                    .ok_or_else(|| {
+                        self.err(line, format!("flowop {name}: no fileset or file named {n}"))
+                    })?,
+            ),
+            None => None,
+        };
+        let fd = self.attr_num(a, "fd", line)?.map(|v| v as usize);
+        let needs_file = matches!(
+            f.kind,
+            FlowopKind::CreateFile
+                | FlowopKind::OpenFile
+                | FlowopKind::DeleteFile
+                | FlowopKind::StatFile
+                | FlowopKind::Mkdir
+                | FlowopKind::Rmdir
+                | FlowopKind::ListDir
+                | FlowopKind::FsyncSet
+        );
+        // deletefile fd=N: the file last opened in N (Filebench).
+        let by_fd = f.kind == FlowopKind::DeleteFile && fd.is_some();
+        if needs_file && fileset.is_none() && !by_fd {
+            return Err(self.err(
+                line,
+                format!("flowop {name}: {} needs filesetname=…", f.kind.name()),
+            ));
+        }
+        let wholefile = matches!(
+            f.kind,
+            FlowopKind::ReadWholeFile | FlowopKind::WriteWholeFile
+        );
+        let default_io = if wholefile {
+            DEFAULT_WHOLEFILE_IOSIZE
+        } else {
+            DEFAULT_IOSIZE
+        };
+        let (iosize, iosize_dist) = self.io_size_attr(a, default_io)?;
+        let (indexed, indexed_dist) = self.maybe_random_attr(a, "indexed")?;
+        let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
+        let target = self.attr_text(a, "target", line)?;
+        let sem = match f.kind {
+            FlowopKind::SemBlock => shared.sems.get(&name).cloned(),
+            FlowopKind::SemPost => {
+                let t = target
+                    .clone()
+                    .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
+                Some(shared.sems.get(&t).cloned().ok_or_else(|| {
+                    self.err(
+                        line,
+                        format!("sempost {name}: no semblock flowop named {t}"),
+                    )
+                })?)
+            }
+            _ => None,
+        };
+        let wake = match f.kind {
+            FlowopKind::Block => shared.wakepoints.get(&name).cloned(),
+            FlowopKind::Wakeup => {
+                let t = target
+                    .clone()
+                    .ok_or_else(|| self.err(line, format!("wakeup {name} needs target=…")))?;
+                Some(shared.wakepoints.get(&t).cloned().ok_or_else(|| {
+                    self.err(line, format!("wakeup {name}: no block flowop named {t}"))
+                })?)
+            }
+            _ => None,
+        };
+        let finish = match f.kind {
+            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
+                let t = match &target {
+                    Some(t) => t.clone(),
+                    None => self
+                        .attr_text(&all[0].attrs, "name", line)?
+                        .unwrap_or_default(),
+                };
+                quotas.get(&t).map(|(q, _)| q.clone())
+            }
+            _ => None,
+        };
+        // Without an eventgen rate a limit flowop does nothing (Filebench).
+        let is_limit = matches!(
+            f.kind,
+            FlowopKind::EventLimit
+                | FlowopKind::IopsLimit
+                | FlowopKind::OpsLimit
+                | FlowopKind::BwLimit
+        );
+        let highwater = self.attr_num(a, "highwater", line)?.map(|v| v as i64);
+        Ok(Op {
+            line,
+            name: name.clone(),
+            kind: f.kind,
+            fileset,
+            // No fd=: Filebench's default descriptor of the thread, 0.
+            fd: fd.unwrap_or(0),
+            srcfd: self.attr_num(a, "srcfd", line)?.map(|v| v as usize),
+            iosize,
+            iosize_dist,
+            repeat: None,
+            random: self.attr_flag(a, "random")?,
+            workingset: self.attr_num(a, "workingset", line)?.unwrap_or(0.0) as u64,
+            dsync: self.attr_flag(a, "dsync")?,
+            directio: self.attr_flag(a, "directio")?,
+            opennext: self.attr_flag(a, "opennext")?,
+            iters: self.attr_num(a, "iters", line)?.unwrap_or(1.0).max(1.0) as u64,
+            indexed: indexed.map(|v| v as u64),
+            indexed_dist,
+            value,
+            highwater,
+            blocking: self.attr_flag(a, "blocking")?,
+            quota: quotas.get(&name).cloned(),
+            finish,
+            sem,
+            wake,
+            events: if is_limit { events.clone() } else { None },
+        })
+    }
+}
