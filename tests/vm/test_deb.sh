@@ -62,6 +62,8 @@ assert_eq "fs /usr/libexec/xvirtiofsd" \
 assert_ok "man page xvirtiofsd(1) documents --shared-dir" \
     bash -c "zcat /usr/share/man/man1/xvirtiofsd.1.gz | grep -q '^\.TH xvirtiofsd 1' &&
              zcat /usr/share/man/man1/xvirtiofsd.1.gz | grep -q 'shared\\\\-dir'"
+# The unit's own ${...} and $OPTIONS, literally (systemd expands them).
+# shellcheck disable=SC2016
 assert_ok "unit: ExecReload is a live upgrade to the installed binary" \
     grep -qxF 'ExecReload=/usr/libexec/xvirtiofsd upgrade --control=/run/xvirtiofsd/%i.control --binary=/usr/libexec/xvirtiofsd -- --socket-path=${SOCKET} --shared-dir=${SHARED_DIR} --control=/run/xvirtiofsd/%i.control $OPTIONS' \
     /lib/systemd/system/xvirtiofsd@.service
