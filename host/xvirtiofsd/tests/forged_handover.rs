@@ -13,108 +13,17 @@
 mod common;
 
 use std::io::Read;
-use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
 
 use clap::Parser;
 use common::*;
-use virtio_fs_ext::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
-use virtio_fs_ext::state::ConfigState;
 use xvirtiofsd::cli::Opt;
-use xvirtiofsd::control::{self, HandoverSlot, StatusInfo};
 use xvirtiofsd::daemon::Daemon;
-use xvirtiofsd::upgrade::{self, Outgoing};
-use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
+use xvirtiofsd::vhost_user::DeviceConfig;
 
 const NOBODY: u32 = 65534;
-
-fn config(dir: &Path) -> ConfigState {
-    ConfigState {
-        shared_dir: dir.display().to_string(),
-        cache: CacheMode::Auto,
-        xattr: false,
-        readonly: false,
-        writeback: false,
-        allow_direct_io: false,
-        readdirplus: true,
-        sandbox: SandboxMode::None,
-        seccomp: SeccompAction::None,
-        queues: 1,
-        poll_mode: PollMode::Never,
-        poll_us: 0,
-        poll_cpu_max: 100,
-        syslog: false,
-        preserve_noatime: false,
-        queue_cpus: Vec::new(),
-        metrics_file: None,
-        log_level: LogLevel::Info,
-        socket_path: None,
-    }
-}
-
-/// The old daemon's loop with its control socket (world-writable, so that
-/// an unprivileged process can ask it for a handover); every handover must
-/// fail, and it resumes.
-fn serve_with_control(
-    dir: PathBuf,
-    control_path: PathBuf,
-) -> impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static {
-    move |mut dev, theirs| {
-        let mut conn = Connection::new(theirs);
-        let wake = Arc::new(xvirtiofsd::sys::eventfd().expect("eventfd"));
-        let slot: HandoverSlot = Arc::new(Mutex::new(None));
-        let listener = control::bind(&control_path).expect("control socket");
-        std::fs::set_permissions(&control_path, std::fs::Permissions::from_mode(0o666))
-            .expect("chmod control socket");
-        let status = Arc::new(StatusInfo {
-            version: "test",
-            started_unix_ms: 0,
-            upgrades: 0,
-            shared_dir: String::new(),
-            connection: String::new(),
-            control_path: control_path.display().to_string(),
-            stats: OnceLock::new(),
-        });
-        let spawn = |l| {
-            control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
-                .expect("spawn")
-        };
-        let mut thread = spawn(listener);
-        let cfg = config(&dir);
-        let r = loop {
-            match conn.serve(&mut dev, Some(wake.as_fd())) {
-                Ok(ServeEnd::Disconnected) => break Ok(()),
-                Ok(ServeEnd::Interrupted) => {
-                    let _ = xvirtiofsd::sys::eventfd_drain(wake.as_fd());
-                    let Some(peer) = slot.lock().expect("slot").take() else {
-                        continue;
-                    };
-                    let server = Arc::clone(dev.server_arc());
-                    let out = Outgoing {
-                        config: &cfg,
-                        started_unix_ms: 0,
-                        upgrades: 0,
-                        control_fd: None,
-                        control_path: None,
-                        pid_files: &[],
-                        server: &server,
-                    };
-                    let handed = upgrade::hand_over(&out, &mut dev, &conn, peer);
-                    assert!(handed.is_err(), "every forged handover is refused");
-                    // The control thread stops once it queued a handover.
-                    thread = spawn(thread.join().expect("control thread"));
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        dev.stop_all();
-        r
-    }
-}
 
 fn getattr_ok(vmm: &mut Vmm) {
     let (err, _) = vmm.fuse(1, FUSE_GETATTR, 1, &[0u8; 16]);
@@ -160,7 +69,7 @@ fn forged_handovers_are_refused_and_the_daemon_serves_on() {
     let dir = scratch_dir("forged");
     let other = scratch_dir("forged-other");
     let control_path = dir.with_extension("ctl.sock");
-    let serve = serve_with_control(dir.clone(), control_path.clone());
+    let serve = serve_refusing_handovers(handover_config(&dir), control_path.clone(), Some(0o666));
     let mut vmm = Vmm::start_serving(&dir, DeviceConfig::new(2), serve);
     vmm.negotiate();
     vmm.setup_queues(2);

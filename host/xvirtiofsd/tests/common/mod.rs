@@ -22,8 +22,16 @@ use vm_memory::{
 };
 use vmm_sys_util::eventfd::EventFd;
 
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+use virtio_fs_ext::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
+use virtio_fs_ext::state::ConfigState;
 use xvfs_fs::{CachePolicy, Config, PassthroughFs};
-use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, VhostUserError};
+use xvirtiofsd::control::{self, HandoverSlot, StatusInfo};
+use xvirtiofsd::upgrade::{self, Outgoing};
+use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
 use xvirtiofsd::FsServer as Server;
 
 pub const MEM_SIZE: usize = 64 << 20;
@@ -456,4 +464,93 @@ pub fn fuse_request(opcode: u32, unique: u64, nodeid: u64, args: &[u8]) -> Vec<u
     v.extend_from_slice(&0u16.to_ne_bytes()); // padding
     v.extend_from_slice(args);
     v
+}
+
+/// The handed-over settings of the in-process daemons of the upgrade tests.
+pub fn handover_config(dir: &Path) -> ConfigState {
+    ConfigState {
+        shared_dir: dir.display().to_string(),
+        cache: CacheMode::Auto,
+        xattr: false,
+        readonly: false,
+        writeback: false,
+        allow_direct_io: false,
+        readdirplus: true,
+        sandbox: SandboxMode::None,
+        seccomp: SeccompAction::None,
+        queues: 1,
+        poll_mode: PollMode::Never,
+        poll_us: 0,
+        poll_cpu_max: 100,
+        syslog: false,
+        preserve_noatime: false,
+        queue_cpus: Vec::new(),
+        metrics_file: None,
+        log_level: LogLevel::Info,
+        socket_path: None,
+    }
+}
+
+/// The old daemon's loop, as `Daemon::serve` runs it, with its control
+/// socket at `control_path` (chmod-ed to `mode` if given, e.g. 0o666 so that
+/// an unprivileged process can ask for a handover): a handover request
+/// interrupts the message loop and runs the old side of the handover, which
+/// must fail; the daemon then resumes and keeps serving.
+pub fn serve_refusing_handovers(
+    cfg: ConfigState,
+    control_path: PathBuf,
+    mode: Option<u32>,
+) -> impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static {
+    move |mut dev, theirs| {
+        let mut conn = Connection::new(theirs);
+        let wake = Arc::new(xvirtiofsd::sys::eventfd().expect("eventfd"));
+        let slot: HandoverSlot = Arc::new(Mutex::new(None));
+        let listener = control::bind(&control_path).expect("control socket");
+        if let Some(mode) = mode {
+            std::fs::set_permissions(&control_path, std::fs::Permissions::from_mode(mode))
+                .expect("chmod control socket");
+        }
+        let status = Arc::new(StatusInfo {
+            version: "test",
+            started_unix_ms: 0,
+            upgrades: 0,
+            shared_dir: String::new(),
+            connection: String::new(),
+            control_path: control_path.display().to_string(),
+            stats: OnceLock::new(),
+        });
+        let spawn = |l| {
+            control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
+                .expect("spawn")
+        };
+        let mut thread = spawn(listener);
+        let r = loop {
+            match conn.serve(&mut dev, Some(wake.as_fd())) {
+                Ok(ServeEnd::Disconnected) => break Ok(()),
+                Ok(ServeEnd::Interrupted) => {
+                    let _ = xvirtiofsd::sys::eventfd_drain(wake.as_fd());
+                    let Some(peer) = slot.lock().expect("slot").take() else {
+                        continue;
+                    };
+                    let server = Arc::clone(dev.server_arc());
+                    let out = Outgoing {
+                        config: &cfg,
+                        started_unix_ms: 0,
+                        upgrades: 0,
+                        control_fd: None,
+                        control_path: None,
+                        pid_files: &[],
+                        server: &server,
+                    };
+                    let handed = upgrade::hand_over(&out, &mut dev, &conn, peer);
+                    assert!(handed.is_err(), "the handover must be refused");
+                    // The control thread stops once it queued a handover.
+                    thread = spawn(thread.join().expect("control thread"));
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        dev.stop_all();
+        r
+    }
 }
