@@ -12,47 +12,9 @@ impl Engine {
         is_file: bool,
     ) -> Result<FilesetSpec, Error> {
         let ev = |e: String| Error::run(&self.file, line, e);
-        let text = |n: &str| -> Result<Option<String>, Error> {
-            match attrs.get(n) {
-                Some(Attr {
-                    value: Some(v),
-                    line: l,
-                    ..
-                }) => self
-                    .vars
-                    .text(v)
-                    .map(Some)
-                    .map_err(|e| Error::run(&self.file, *l, e)),
-                Some(Attr {
-                    value: None,
-                    line: l,
-                    ..
-                }) => Err(self.err(*l, format!("attribute {n} needs a value"))),
-                None => Ok(None),
-            }
-        };
-        let num = |n: &str| -> Result<Option<f64>, Error> {
-            match text(n)? {
-                Some(t) => crate::value::parse_number(&t)
-                    .map(Some)
-                    .ok_or_else(|| self.err(line, format!("{n}='{t}' is not a number"))),
-                None => Ok(None),
-            }
-        };
-        let flag = |n: &str| -> Result<bool, Error> {
-            match attrs.get(n) {
-                None => Ok(false),
-                Some(Attr { value: None, .. }) => Ok(true),
-                Some(Attr {
-                    value: Some(v),
-                    line: l,
-                    ..
-                }) => self
-                    .vars
-                    .boolean(v)
-                    .map_err(|e| Error::run(&self.file, *l, e)),
-            }
-        };
+        let text = |n: &str| self.attr_text(attrs, n, line);
+        let num = |n: &str| self.attr_num(attrs, n, line);
+        let flag = |n: &str| self.attr_flag(attrs, n);
         let name = text("name")?.ok_or_else(|| self.err(line, "fileset needs name"))?;
         let path = text("path")?.ok_or_else(|| self.err(line, "fileset needs path"))?;
         // No size: empty files (Filebench's default of 0).
