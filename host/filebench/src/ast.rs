@@ -369,6 +369,9 @@ pub struct Stmt {
 pub struct Script {
     pub file: String,
     pub stmts: Vec<Stmt>,
+    /// Constructs parsed but not honoured: (line, construct, what differs),
+    /// printed once each when the script runs.
+    pub warnings: Vec<(usize, String, &'static str)>,
 }
 
 /// Attributes of `define fileset` / `define file`.

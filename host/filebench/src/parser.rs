@@ -15,6 +15,7 @@ pub fn parse(file: &str, src: &str) -> Result<Script, ParseError> {
         toks: tokens,
         pos: 0,
         composites: Default::default(),
+        warnings: Vec::new(),
     };
     let mut stmts = Vec::new();
     loop {
@@ -27,6 +28,7 @@ pub fn parse(file: &str, src: &str) -> Result<Script, ParseError> {
     Ok(Script {
         file: file.to_string(),
         stmts,
+        warnings: p.warnings,
     })
 }
 
@@ -34,6 +36,8 @@ struct Parser<'a> {
     file: &'a str,
     toks: Vec<Token>,
     pos: usize,
+    /// Constructs parsed but not honoured (see [`Script::warnings`]).
+    warnings: Vec<(usize, String, &'static str)>,
     /// Composite flowops defined so far (`define flowop`).
     composites: std::collections::HashMap<String, crate::composite::Composite>,
 }
@@ -618,7 +622,7 @@ impl Parser<'_> {
         line: usize,
         end: Option<Tok>,
     ) -> Result<(Option<String>, Expr), ParseError> {
-        const KEYS: &[&str] = &["type", "min", "round", "mean", "gamma", "seed", "randsrc"];
+        const KEYS: &[&str] = &["type", "min", "round", "mean", "gamma"];
         let (mut name, mut attrs, mut table) = (None, Vec::new(), Vec::new());
         loop {
             self.skip_newlines_if(end.is_some());
@@ -641,6 +645,14 @@ impl Parser<'_> {
                     name = Some(v.to_string());
                 }
                 "randtable" => table = self.randtable(kl)?,
+                "seed" | "randsrc" => {
+                    self.warnings.push((
+                        kl,
+                        format!("randvar {key}="),
+                        "xfilebench draws from its own generator, seeded by --seed",
+                    ));
+                    attrs.push((key.clone(), self.value()?));
+                }
                 k if KEYS.contains(&k) => attrs.push((key.clone(), self.value()?)),
                 other => return Err(self.err(kl, format!("unknown randvar attribute '{other}'"))),
             }

@@ -542,3 +542,40 @@ fn composite_flowops_take_parameters_nest_and_repeat() {
         assert!(n.abs_diff(inner) <= 2, "{what} {n} vs inner {inner}");
     }
 }
+
+#[test]
+fn constructs_not_honoured_warn_once_with_file_and_line() {
+    let dir = tmpdir("warnings");
+    let f = dir.join("w.f");
+    std::fs::write(
+        &f,
+        format!(
+            "set $dir={}\nset $r = randvar(type=uniform, min=1, mean=2, seed=7)\n\
+             define fileset name=a,path=$dir,size=4k,entries=4,prealloc\n\
+             define process name=p\n{{\n thread name=t,memsize=10m,useism\n {{\n\
+              flowop statfile name=s,filesetname=a\n }}\n}}\nrun 1\nrun 1\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xfilebench"))
+        .arg("-q")
+        .arg("-f")
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = f.display();
+    for want in [
+        format!("{file}:2: randvar seed="),
+        format!("{file}:6: memsize"),
+        format!("{file}:6: useism"),
+    ] {
+        assert_eq!(err.matches(&want).count(), 1, "{want} in:\n{err}");
+    }
+}

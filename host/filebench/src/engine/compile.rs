@@ -4,6 +4,13 @@
 
 use super::*;
 
+/// What differs for a thread's `memsize=`.
+const MEMSIZE_DIFF: &str =
+    "each thread's I/O buffer is its largest iosize, not memsize (no memory is reserved)";
+/// What differs for a thread's `useism`.
+const USEISM_DIFF: &str =
+    "intimate shared memory (Solaris) is not used; threads share their process's memory";
+
 impl Engine {
     fn fileset_spec(
         &self,
@@ -207,6 +214,7 @@ impl Engine {
         }
         // Pass 2: the thread plans.
         let mut plans = Vec::new();
+        let mut later_warnings: Vec<(usize, &str, &str)> = Vec::new();
         for (pline, pattrs, threads) in &defs {
             let pname = self.attr_text(pattrs, "name", *pline)?.unwrap_or_default();
             let pinst = self.attr_num(pattrs, "instances", *pline)?.unwrap_or(1.0) as u64;
@@ -219,6 +227,12 @@ impl Engine {
                     .attr_num(&t.attrs, "memsize", t.line)?
                     .map(|m| m as u64)
                     .unwrap_or(DEFAULT_MEMSIZE);
+                if let Some(a) = t.attrs.get("memsize") {
+                    later_warnings.push((a.line, "memsize", MEMSIZE_DIFF));
+                }
+                if let Some(a) = t.attrs.get("useism") {
+                    later_warnings.push((a.line, "useism", USEISM_DIFF));
+                }
                 let mut ops = Vec::new();
                 let mut open: Vec<usize> = Vec::new();
                 for f in &t.flowops {
@@ -255,6 +269,9 @@ impl Engine {
                     return Err(self.err(t.line, "instances must be at least 1"));
                 }
             }
+        }
+        for (line, what, why) in later_warnings {
+            self.warn(line, what, why);
         }
         Ok(plans)
     }

@@ -105,6 +105,8 @@ pub struct Engine {
     eventgen: Option<(usize, Expr)>,
     running: Option<Running>,
     lathist: bool,
+    /// (line, construct) already warned about.
+    warned: std::collections::HashSet<(usize, String)>,
     start: Instant,
     rng: Rng,
     thread_seq: u64,
@@ -131,6 +133,7 @@ impl Engine {
             eventgen: None,
             running: None,
             lathist: false,
+            warned: Default::default(),
             start: Instant::now(),
             rng,
             thread_seq: 0,
@@ -170,6 +173,9 @@ impl Engine {
 
     /// Runs every statement; processes still running at the end are stopped.
     pub fn execute(&mut self, script: &Script) -> Result<(), Error> {
+        for (line, what, why) in &script.warnings {
+            self.warn(*line, what, why);
+        }
         let r = self.statements(script);
         let stop = self.stop_processes(script.stmts.last().map(|s| s.line).unwrap_or(1));
         r.and(stop)
@@ -297,10 +303,15 @@ impl Engine {
                     self.say(n);
                 }
             }
-            StmtKind::Unhonoured { what, why } => {
-                eprintln!("xfilebench: warning: {}:{line}: {what}: {why}", self.file);
-            }
+            StmtKind::Unhonoured { what, why } => self.warn(line, what, why),
             _ => {}
+        }
+    }
+
+    /// One warning per line and construct: `file:line: what: why`.
+    fn warn(&mut self, line: usize, what: &str, why: &str) {
+        if self.warned.insert((line, what.to_string())) {
+            eprintln!("xfilebench: warning: {}:{line}: {what}: {why}", self.file);
         }
     }
 
