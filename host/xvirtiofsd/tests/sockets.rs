@@ -6,6 +6,11 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The umask is the process's: the tests that set it, or that bind and
+/// create directories under it, take turns.
+static UMASK: Mutex<()> = Mutex::new(());
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("xvfs-sock-{name}-{}", std::process::id()));
@@ -16,6 +21,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn sockets_get_their_mode_at_bind_and_the_group_on_the_socket_itself() {
+    let _turn = UMASK.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: umask takes an integer; a wide-open inherited mask.
     unsafe { libc::umask(0) };
     let d = scratch("mode");
@@ -46,6 +52,7 @@ fn sockets_get_their_mode_at_bind_and_the_group_on_the_socket_itself() {
 
 #[test]
 fn the_control_directory_is_created_private_and_must_be_ours() {
+    let _turn = UMASK.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: umask takes an integer.
     unsafe { libc::umask(0) };
     let d = scratch("dir");
