@@ -49,8 +49,7 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
         Err(e) => return Err(e),
     }
     let md = std::fs::symlink_metadata(dir)?;
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::sys::effective_uid();
     if !md.file_type().is_dir() || md.uid() != me || md.mode() & 0o022 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
