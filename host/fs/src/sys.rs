@@ -412,3 +412,68 @@ pub fn fchmodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: valid descriptor and C string.
     check(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode, 0) }).map(drop)
 }
+
+/// Largest file handle the kernel hands out (`MAX_HANDLE_SZ`).
+pub const MAX_HANDLE_SZ: usize = 128;
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+struct RawHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+/// `name_to_handle_at(fd, "", AT_EMPTY_PATH)`: the file handle of `fd`'s
+/// file, as (type, bytes).
+pub fn handle_of(fd: BorrowedFd<'_>) -> io::Result<(i32, Vec<u8>)> {
+    let mut h = RawHandle {
+        handle_bytes: MAX_HANDLE_SZ as u32,
+        handle_type: 0,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `h` is a `struct file_handle` whose `handle_bytes` says how much
+    // room follows it; the kernel writes at most that much. The path is a
+    // valid empty C string.
+    check(unsafe {
+        libc::name_to_handle_at(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            (&mut h as *mut RawHandle).cast(),
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    })?;
+    let n = (h.handle_bytes as usize).min(MAX_HANDLE_SZ);
+    Ok((h.handle_type, h.f_handle[..n].to_vec()))
+}
+
+/// `open_by_handle_at(mount_fd, handle, flags)` (needs CAP_DAC_READ_SEARCH).
+pub fn open_by_handle(
+    mount_fd: BorrowedFd<'_>,
+    handle_type: i32,
+    bytes: &[u8],
+    flags: i32,
+) -> io::Result<OwnedFd> {
+    if bytes.len() > MAX_HANDLE_SZ {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut h = RawHandle {
+        handle_bytes: bytes.len() as u32,
+        handle_type,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    h.f_handle[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: `h` is a valid `struct file_handle` of `handle_bytes` bytes; the
+    // returned descriptor is new and owned by us alone.
+    let fd = check(unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            (&mut h as *mut RawHandle).cast(),
+            flags | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

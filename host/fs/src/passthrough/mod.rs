@@ -32,6 +32,7 @@
 mod creds;
 mod extended;
 mod fs_impl;
+mod migrate;
 pub mod state;
 mod table;
 mod upgrade;
@@ -45,6 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::creds::CredGuard;
+pub use self::migrate::{LoadReport, SaveOptions};
 use self::table::{lock, Handle, HandleTable, Inode, InodeTable};
 use crate::abi::{flags as fflags, fopen, init_flags};
 use crate::filesystem::ROOT_ID;
@@ -173,6 +175,16 @@ pub struct PassthroughFs {
     /// Requests refused with EMFILE at [`Config::max_open`].
     refused_emfile: AtomicU64,
     switch_creds: bool,
+    /// Nodes and handles a VM live migration could not bring along: the
+    /// guest gets EIO for them until it forgets or releases them.
+    lost: std::sync::Mutex<Lost>,
+}
+
+/// See [`PassthroughFs::lost`]: node id → lookup count, handle ids.
+#[derive(Debug, Default)]
+struct Lost {
+    inodes: std::collections::HashMap<u64, u64>,
+    handles: std::collections::HashSet<u64>,
 }
 
 impl PassthroughFs {
@@ -203,6 +215,7 @@ impl PassthroughFs {
             handles: HandleTable::default(),
             negotiated: AtomicU64::new(0),
             refused_emfile: AtomicU64::new(0),
+            lost: std::sync::Mutex::new(Lost::default()),
         })
     }
 
@@ -274,6 +287,11 @@ impl PassthroughFs {
         self.negotiated.store(0, Ordering::Relaxed);
         self.handles.clear();
         self.inodes.clear();
+        *self.lost_lock() = Lost::default();
+    }
+
+    fn lost_lock(&self) -> std::sync::MutexGuard<'_, Lost> {
+        lock(&self.lost)
     }
 
     fn negotiated(&self, flag: u64) -> bool {
@@ -283,11 +301,25 @@ impl PassthroughFs {
     // ----- helpers -----
 
     fn inode(&self, id: u64) -> io::Result<Arc<Inode>> {
-        self.inodes.get(id).ok_or_else(|| err(libc::EBADF))
+        self.inodes
+            .get(id)
+            .ok_or_else(|| self.missing(|l| l.inodes.contains_key(&id)))
     }
 
     pub(crate) fn handle(&self, fh: u64) -> io::Result<Arc<Handle>> {
-        self.handles.get(fh).ok_or_else(|| err(libc::EBADF))
+        self.handles
+            .get(fh)
+            .ok_or_else(|| self.missing(|l| l.handles.contains(&fh)))
+    }
+
+    /// The error for an unknown node or handle: EIO for one a migration
+    /// lost (the guest still holds it), EBADF otherwise.
+    fn missing(&self, lost: impl FnOnce(&Lost) -> bool) -> io::Error {
+        if lost(&self.lost_lock()) {
+            err(libc::EIO)
+        } else {
+            err(libc::EBADF)
+        }
     }
 
     fn writable(&self) -> io::Result<()> {
@@ -414,6 +446,16 @@ impl PassthroughFs {
     }
 
     pub(crate) fn forget(&self, id: u64, n: u64) {
+        if self.inodes.get(id).is_none() {
+            let mut lost = self.lost_lock();
+            if let Some(refs) = lost.inodes.get_mut(&id) {
+                *refs = refs.saturating_sub(n);
+                if *refs == 0 {
+                    lost.inodes.remove(&id);
+                }
+            }
+            return;
+        }
         self.inodes.forget(id, n);
     }
 
@@ -730,10 +772,10 @@ impl PassthroughFs {
     }
 
     pub(crate) fn release(&self, fh: u64) -> io::Result<()> {
-        self.handles
-            .remove(fh)
-            .map(drop)
-            .ok_or_else(|| err(libc::EBADF))
+        if self.handles.remove(fh).is_some() || self.lost_lock().handles.remove(&fh) {
+            return Ok(());
+        }
+        Err(err(libc::EBADF))
     }
 
     pub(crate) fn flush(&self, fh: u64) -> io::Result<()> {

@@ -72,3 +72,82 @@ pub struct FsSnapshot {
     /// Descriptors, indexed by `fd_index`.
     pub fds: Vec<RawFd>,
 }
+
+/// A file handle (`name_to_handle_at(2)`): stable across hosts that mount
+/// the same file system.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileHandle {
+    /// `handle_type`.
+    pub handle_type: i32,
+    /// `f_handle`.
+    pub bytes: Vec<u8>,
+}
+
+/// How the destination of a VM live migration finds an inode again (no
+/// descriptor can cross hosts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Location {
+    /// A name (one component) inside the directory of another node.
+    Path {
+        /// Node id of the directory (1: the shared directory).
+        parent: u64,
+        /// The name.
+        name: Vec<u8>,
+    },
+    /// A path relative to the shared directory.
+    FullPath {
+        /// Components separated by `/`, no leading `/`.
+        path: Vec<u8>,
+    },
+    /// A file handle, opened with `open_by_handle_at(2)`.
+    Handle(FileHandle),
+    /// The source could not describe it (e.g. deleted while the guest held
+    /// it); the destination decides (abort, or EIO for this node).
+    Invalid {
+        /// Why, for the destination's log.
+        why: String,
+    },
+}
+
+/// One inode the guest holds, for VM live migration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigratedInode {
+    /// Node id.
+    pub id: u64,
+    /// Guest lookup count.
+    pub refs: u64,
+    /// Generation.
+    pub generation: u64,
+    /// `st_mode & S_IFMT`, when the source knows it.
+    pub file_type: Option<u32>,
+    /// How to find it.
+    pub location: Location,
+    /// With `--migration-verify-handles`: the source's file handle, which the
+    /// file the destination opens must have.
+    pub verify: Option<FileHandle>,
+}
+
+/// One open file or directory, for VM live migration: re-opened on the
+/// destination with the flags it was opened with (never O_TRUNC/O_CREAT).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigratedHandle {
+    /// Handle id.
+    pub fh: u64,
+    /// Node id of the file.
+    pub inode: u64,
+    /// `open(2)` flags.
+    pub flags: i32,
+}
+
+/// The file system's part of a VM live migration stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationFs {
+    /// Next node id to hand out.
+    pub next_id: u64,
+    /// Next handle id to hand out.
+    pub next_fh: u64,
+    /// Inodes, root excluded.
+    pub inodes: Vec<MigratedInode>,
+    /// Open handles.
+    pub handles: Vec<MigratedHandle>,
+}

@@ -359,4 +359,14 @@ impl HandleTable {
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| read(s).len()).sum()
     }
+
+    /// Next handle id to hand out.
+    pub fn next_fh(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// Makes sure the next handle id is at least `fh`.
+    pub fn bump_next_fh(&self, fh: u64) {
+        self.next.fetch_max(fh, Ordering::Relaxed);
+    }
 }

@@ -173,27 +173,34 @@ impl PassthroughFs {
         Ok(())
     }
 
-    /// Whether `fd` (stat `st`) names a file inside the shared directory:
-    /// the path the kernel reports for it, walked component by component
-    /// from the root descriptor without following symlinks, reaches the same
-    /// device and inode. The path may be relative to the predecessor's
-    /// sandbox root (the shared directory) or absolute on the host, so both
-    /// readings are tried; either way only a file reachable inside the share
-    /// is accepted. A deleted file (no links left) has no path: it is
-    /// accepted only on the shared directory's own device.
+    /// Whether `fd` (stat `st`) names a file inside the shared directory
+    /// (see [`PassthroughFs::share_path`]). A deleted file (no links left)
+    /// has no path: it is accepted only on the shared directory's own device.
     fn is_inside(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> bool {
+        let key = (st.st_dev, st.st_ino);
+        if key == self.inodes.root().key || self.share_path(fd, st).is_some() {
+            return true;
+        }
+        let deleted = sys::readlinkat(self.proc_self_fd.as_fd(), &sys::fd_name(fd.as_raw_fd()))
+            .is_ok_and(|l| l.ends_with(b" (deleted)"));
+        st.st_nlink == 0 && deleted && st.st_dev == self.inodes.root().key.0
+    }
+
+    /// The path of `fd`'s file (stat `st`) relative to the shared directory,
+    /// proven: the path the kernel reports for it, walked component by
+    /// component from the root descriptor without following symlinks,
+    /// reaches the same device and inode. The kernel's path may be relative
+    /// to the sandbox root (the shared directory) or absolute on the host,
+    /// so both readings are tried. `None`: no such path (deleted, renamed
+    /// meanwhile, or outside the share). The root's path is empty.
+    pub(super) fn share_path(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<Vec<u8>> {
         let key = (st.st_dev, st.st_ino);
         let root = self.inodes.root();
         if key == root.key {
-            return true;
+            return Some(Vec::new());
         }
-        let Ok(link) = sys::readlinkat(self.proc_self_fd.as_fd(), &sys::fd_name(fd.as_raw_fd()))
-        else {
-            return false;
-        };
-        if st.st_nlink == 0 && link.ends_with(b" (deleted)") {
-            return st.st_dev == root.key.0;
-        }
+        let link =
+            sys::readlinkat(self.proc_self_fd.as_fd(), &sys::fd_name(fd.as_raw_fd())).ok()?;
         let host_root = self.cfg.root_dir.as_os_str().as_bytes();
         let mut candidates = vec![link.as_slice()];
         if let Some(rest) = link.strip_prefix(host_root) {
@@ -203,7 +210,8 @@ impl PassthroughFs {
         }
         candidates
             .into_iter()
-            .any(|p| walk_from(root.fd(), p).is_some_and(|k| k == key))
+            .find(|p| walk_from(root.fd(), p).is_some_and(|k| k == key))
+            .map(|p| p.strip_prefix(b"/").unwrap_or(p).to_vec())
     }
 }
 
@@ -233,7 +241,7 @@ fn walk_from(root: BorrowedFd<'_>, path: &[u8]) -> Option<(u64, u64)> {
     Some((st.st_dev, st.st_ino))
 }
 
-fn component(c: &[u8]) -> Option<CString> {
+pub(super) fn component(c: &[u8]) -> Option<CString> {
     if c == b"." || c == b".." {
         return None;
     }

@@ -1,0 +1,440 @@
+//! VM live migration of a [`PassthroughFs`]: no descriptor can cross hosts,
+//! so the source describes every inode the guest holds by where to find it
+//! ([`PassthroughFs::migration_state`]) and the destination opens them again
+//! ([`PassthroughFs::load_migration`]), with the same node ids, lookup counts
+//! and handle ids, so that the guest carries on as if nothing happened.
+//!
+//! Both run while the device is suspended (every ring stopped), so no request
+//! changes the tables meanwhile.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use super::state::{FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs};
+use super::table::{InodeKey, RestoredInode};
+use super::upgrade::component;
+use super::{Error, PassthroughFs};
+use crate::filesystem::ROOT_ID;
+use crate::sys;
+
+/// How the source describes inodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SaveOptions {
+    /// Describe inodes by file handle instead of by path.
+    pub file_handles: bool,
+    /// With paths: add each inode's file handle, which the destination
+    /// checks against the file it opens.
+    pub verify_handles: bool,
+}
+
+/// What the destination did with a migration stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Inodes opened again.
+    pub inodes: usize,
+    /// Handles opened again.
+    pub handles: usize,
+    /// Inodes (and handles) that could not be found, with why; the guest
+    /// gets EIO for them (only when not aborting).
+    pub failed: Vec<String>,
+}
+
+/// Upper bound on the directories searched for inodes whose path the kernel
+/// does not give (`find-paths` fallback).
+const MAX_SEARCHED_DIRS: usize = 1 << 20;
+
+fn bad(m: String) -> Error {
+    Error::InvalidState(m)
+}
+
+impl PassthroughFs {
+    /// Describes every inode and handle for a destination on another host.
+    /// Call with every ring stopped.
+    pub fn migration_state(&self, opts: SaveOptions) -> MigrationFs {
+        let all = self.inodes.all();
+        let mut located: HashMap<u64, Location> = HashMap::new();
+        let mut missing: HashMap<InodeKey, u64> = HashMap::new();
+        for i in &all {
+            let loc = if opts.file_handles {
+                match sys::handle_of(i.fd()) {
+                    Ok((handle_type, bytes)) => Location::Handle(FileHandle { handle_type, bytes }),
+                    Err(e) => Location::Invalid {
+                        why: format!("no file handle: {e}"),
+                    },
+                }
+            } else {
+                match sys::stat_fd(i.fd()) {
+                    Ok(st) if st.st_nlink == 0 => Location::Invalid {
+                        why: "deleted while the guest holds it".into(),
+                    },
+                    Ok(st) => match self.share_path(i.fd(), &st) {
+                        Some(path) => Location::FullPath { path },
+                        None => {
+                            missing.insert(i.key, i.id);
+                            continue;
+                        }
+                    },
+                    Err(e) => Location::Invalid {
+                        why: format!("cannot stat: {e}"),
+                    },
+                }
+            };
+            located.insert(i.id, loc);
+        }
+        if !missing.is_empty() {
+            for (key, path) in self.search_share(&missing) {
+                if let Some(id) = missing.remove(&key) {
+                    located.insert(id, Location::FullPath { path });
+                }
+            }
+            for id in missing.into_values() {
+                located.insert(
+                    id,
+                    Location::Invalid {
+                        why: "not found in the shared directory".into(),
+                    },
+                );
+            }
+        }
+        let inodes = all
+            .iter()
+            .map(|i| MigratedInode {
+                id: i.id,
+                refs: i.refs(),
+                generation: i.generation,
+                file_type: Some(i.file_type),
+                location: located.remove(&i.id).unwrap_or(Location::Invalid {
+                    why: "not located".into(),
+                }),
+                verify: (opts.verify_handles && !opts.file_handles)
+                    .then(|| sys::handle_of(i.fd()).ok())
+                    .flatten()
+                    .map(|(handle_type, bytes)| FileHandle { handle_type, bytes }),
+            })
+            .collect();
+        let handles = self
+            .handles
+            .all()
+            .iter()
+            .map(|h| MigratedHandle {
+                fh: h.fh,
+                inode: h.inode,
+                flags: h.flags,
+            })
+            .collect();
+        MigrationFs {
+            next_id: self.inodes.next_id(),
+            next_fh: self.handles.next_fh(),
+            inodes,
+            handles,
+        }
+    }
+
+    /// Breadth-first search of the shared directory for the files `want`
+    /// (symlinks not followed, other mounts not entered); returns the path
+    /// of each one found.
+    fn search_share(&self, want: &HashMap<InodeKey, u64>) -> Vec<(InodeKey, Vec<u8>)> {
+        let root = self.inodes.root();
+        let mut found = Vec::new();
+        let mut queue: VecDeque<(OwnedFd, Vec<u8>)> = VecDeque::new();
+        let Ok(first) = sys::dup(root.fd()) else {
+            return found;
+        };
+        queue.push_back((first, Vec::new()));
+        let mut searched = 0;
+        while let Some((dir, path)) = queue.pop_front() {
+            searched += 1;
+            if searched > MAX_SEARCHED_DIRS || found.len() == want.len() {
+                break;
+            }
+            let Ok(names) = self.dir_names(dir.as_fd()) else {
+                continue;
+            };
+            for name in names {
+                let Some(c) = component(&name) else { continue };
+                let Ok(st) = sys::fstatat(dir.as_fd(), &c, libc::AT_SYMLINK_NOFOLLOW) else {
+                    continue;
+                };
+                let mut p = path.clone();
+                if !p.is_empty() {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(&name);
+                if want.contains_key(&(st.st_dev, st.st_ino)) {
+                    found.push(((st.st_dev, st.st_ino), p.clone()));
+                }
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_dev == root.key.0 {
+                    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
+                    if let Ok(fd) = sys::openat(dir.as_fd(), &c, flags, 0) {
+                        queue.push_back((fd, p));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// The names in directory `dir` (an `O_PATH` descriptor).
+    fn dir_names(&self, dir: BorrowedFd<'_>) -> std::io::Result<Vec<Vec<u8>>> {
+        let fd = sys::openat(
+            self.proc_self_fd.as_fd(),
+            &sys::fd_name(dir.as_raw_fd()),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )?;
+        let mut names = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = sys::getdents64(fd.as_fd(), &mut buf)?;
+            if n == 0 {
+                return Ok(names);
+            }
+            let mut pos = 0;
+            while let Some(rec) = buf.get(pos..n).filter(|r| r.len() >= 19) {
+                let reclen = usize::from(u16::from_ne_bytes([rec[16], rec[17]]));
+                let Some(rec) = rec.get(..reclen).filter(|_| reclen >= 19) else {
+                    return Ok(names);
+                };
+                let raw = &rec[19..];
+                let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
+                if name != b"." && name != b".." {
+                    names.push(name.to_vec());
+                }
+                pos += reclen;
+            }
+        }
+    }
+
+    /// Opens again every inode and handle a source described, replacing
+    /// whatever the tables held. With `abort_on_error` the first inode or
+    /// handle that cannot be found fails the whole load (the migration is
+    /// aborted and the source carries on); without it, such nodes and
+    /// handles answer EIO to the guest.
+    pub fn load_migration(
+        &self,
+        st: &MigrationFs,
+        abort_on_error: bool,
+    ) -> Result<LoadReport, Error> {
+        check_ids(st)?;
+        self.end_session();
+        let mut report = LoadReport::default();
+        let mut opened: HashMap<u64, RestoredInode> = HashMap::new();
+        let mut failed: HashMap<u64, String> = HashMap::new();
+        let mut keys: HashSet<InodeKey> = HashSet::from([self.inodes.root().key]);
+        // open_by_handle_at(2) wants a mount descriptor that is not O_PATH.
+        let mount_fd = self.reopen(self.inodes.root(), libc::O_RDONLY | libc::O_DIRECTORY);
+        // Paths name their parent, which may come later in the list: resolve
+        // in passes until nothing more resolves.
+        let mut pending: Vec<&MigratedInode> = st.inodes.iter().collect();
+        loop {
+            let before = pending.len();
+            let mut later = Vec::new();
+            for m in pending {
+                match self.open_location(m, mount_fd.as_ref().ok(), &opened, &failed) {
+                    Resolve::Later => later.push(m),
+                    Resolve::Failed(why) => {
+                        failed.insert(m.id, why);
+                    }
+                    Resolve::Opened(fd) => match self.check_opened(m, fd, &mut keys) {
+                        Ok(r) => {
+                            opened.insert(m.id, r);
+                        }
+                        Err(why) => {
+                            failed.insert(m.id, why);
+                        }
+                    },
+                }
+            }
+            pending = later;
+            if pending.is_empty() || pending.len() == before {
+                break;
+            }
+        }
+        for m in pending {
+            failed.insert(m.id, "its parent directory is not part of the state".into());
+        }
+        if let Some((id, why)) = failed.iter().min_by_key(|(id, _)| **id) {
+            if abort_on_error {
+                return Err(bad(format!(
+                    "node {id}: {why} ({} of {} nodes not found)",
+                    failed.len(),
+                    st.inodes.len()
+                )));
+            }
+        }
+        let refs: HashMap<u64, u64> = st.inodes.iter().map(|m| (m.id, m.refs)).collect();
+        let mut lost = self.lost_lock();
+        for (id, why) in &failed {
+            report.failed.push(format!("node {id}: {why}"));
+            lost.inodes.insert(*id, refs.get(id).copied().unwrap_or(1));
+        }
+        drop(lost);
+        report.inodes = opened.len();
+        for r in opened.into_values() {
+            self.inodes.insert_restored(r);
+        }
+        self.inodes.bump_next_id(st.next_id.min(1 << 62));
+        self.load_handles(&st.handles, abort_on_error, &mut report)?;
+        self.handles.bump_next_fh(st.next_fh.min(1 << 62));
+        report.failed.sort();
+        Ok(report)
+    }
+
+    fn open_location(
+        &self,
+        m: &MigratedInode,
+        mount_fd: Option<&OwnedFd>,
+        opened: &HashMap<u64, RestoredInode>,
+        failed: &HashMap<u64, String>,
+    ) -> Resolve {
+        let nofollow = libc::O_PATH | libc::O_NOFOLLOW;
+        let result = match &m.location {
+            Location::Invalid { why } => return Resolve::Failed(format!("source: {why}")),
+            Location::Path { parent, name } => {
+                let dir = if *parent == ROOT_ID {
+                    self.inodes.root().fd()
+                } else if let Some(p) = opened.get(parent) {
+                    p.fd.as_fd()
+                } else if failed.contains_key(parent) {
+                    return Resolve::Failed(format!("its parent {parent} was not found"));
+                } else {
+                    return Resolve::Later;
+                };
+                match component(name).filter(|_| !name.contains(&b'/')) {
+                    Some(c) => sys::openat(dir, &c, nofollow, 0),
+                    None => return Resolve::Failed("invalid name".into()),
+                }
+            }
+            Location::FullPath { path } => open_path(self.inodes.root().fd(), path),
+            Location::Handle(h) => match mount_fd {
+                Some(m) => sys::open_by_handle(m.as_fd(), h.handle_type, &h.bytes, libc::O_PATH),
+                None => return Resolve::Failed("the shared directory cannot be opened".into()),
+            },
+        };
+        match result {
+            Ok(fd) => Resolve::Opened(fd),
+            Err(e) => Resolve::Failed(format!("cannot open: {e}")),
+        }
+    }
+
+    /// Checks an opened inode against what the source said, and that it is
+    /// new and inside the share.
+    fn check_opened(
+        &self,
+        m: &MigratedInode,
+        fd: OwnedFd,
+        keys: &mut HashSet<InodeKey>,
+    ) -> Result<RestoredInode, String> {
+        let st = sys::stat_fd(fd.as_fd()).map_err(|e| format!("cannot stat: {e}"))?;
+        let file_type = st.st_mode & libc::S_IFMT;
+        if m.file_type.is_some_and(|t| t != file_type) {
+            return Err("file type differs from the source's".into());
+        }
+        if let Some(want) = &m.verify {
+            let got = sys::handle_of(fd.as_fd()).map_err(|e| format!("no file handle: {e}"))?;
+            if (got.0, &got.1) != (want.handle_type, &want.bytes) {
+                return Err("file handle differs: not the source's file".into());
+            }
+        }
+        if matches!(m.location, Location::Handle(_)) && !self.is_inside_share(fd.as_fd(), &st) {
+            return Err("file handle names a file outside the shared directory".into());
+        }
+        let key = (st.st_dev, st.st_ino);
+        if !keys.insert(key) {
+            return Err("another node names the same file".into());
+        }
+        Ok(RestoredInode {
+            id: m.id,
+            fd,
+            key,
+            file_type,
+            generation: m.generation,
+            refs: m.refs,
+        })
+    }
+
+    fn is_inside_share(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> bool {
+        self.share_path(fd, st).is_some()
+    }
+
+    fn load_handles(
+        &self,
+        handles: &[MigratedHandle],
+        abort_on_error: bool,
+        report: &mut LoadReport,
+    ) -> Result<(), Error> {
+        let mut lost = Vec::new();
+        for h in handles {
+            let opened = match self.inodes.get(h.inode) {
+                Some(inode) if inode.is_reg() || inode.is_dir() => {
+                    // Never truncate again what the guest has written since.
+                    let flags = h.flags & !(libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL);
+                    self.reopen(&inode, flags).map_err(|e| e.to_string())
+                }
+                Some(_) => Err("not a regular file or directory".into()),
+                None => Err(format!("its node {} was not found", h.inode)),
+            };
+            match opened {
+                Ok(fd) => {
+                    self.handles.insert_with(h.fh, h.inode, fd, h.flags);
+                    report.handles += 1;
+                }
+                Err(why) if abort_on_error => {
+                    self.end_session();
+                    return Err(bad(format!("handle {}: {why}", h.fh)));
+                }
+                Err(why) => {
+                    report.failed.push(format!("handle {}: {why}", h.fh));
+                    lost.push(h.fh);
+                }
+            }
+        }
+        self.lost_lock().handles.extend(lost);
+        Ok(())
+    }
+}
+
+enum Resolve {
+    Opened(OwnedFd),
+    Failed(String),
+    /// The parent is not opened yet.
+    Later,
+}
+
+/// Node and handle ids must be in range and unique.
+fn check_ids(st: &MigrationFs) -> Result<(), Error> {
+    let mut ids = HashSet::new();
+    for m in &st.inodes {
+        if m.id <= ROOT_ID || m.id >= 1 << 62 || !ids.insert(m.id) || m.refs == 0 {
+            return Err(bad(format!("bad or duplicate node id {}", m.id)));
+        }
+    }
+    let mut fhs = HashSet::new();
+    for h in &st.handles {
+        if h.fh == 0 || h.fh >= 1 << 62 || !fhs.insert(h.fh) {
+            return Err(bad(format!("bad or duplicate handle {}", h.fh)));
+        }
+    }
+    Ok(())
+}
+
+/// Opens `path` (relative to `root`) one component at a time, following no
+/// symlink and refusing `..`: an `O_PATH` descriptor of the last component.
+fn open_path(root: BorrowedFd<'_>, path: &[u8]) -> std::io::Result<OwnedFd> {
+    let einval = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let parts: Vec<CString> = path
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .map(|c| component(c).ok_or_else(einval))
+        .collect::<Result<_, _>>()?;
+    let (last, dirs) = parts.split_last().ok_or_else(einval)?;
+    let mut held: Option<OwnedFd> = None;
+    for c in dirs {
+        let dir = held.as_ref().map_or(root, |f| f.as_fd());
+        let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
+        held = Some(sys::openat(dir, c, flags, 0)?);
+    }
+    let dir = held.as_ref().map_or(root, |f| f.as_fd());
+    sys::openat(dir, last, libc::O_PATH | libc::O_NOFOLLOW, 0)
+}
