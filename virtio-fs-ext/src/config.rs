@@ -71,3 +71,27 @@ pub enum LogLevel {
     Trace,
     Off,
 }
+
+/// How a VM live migration's source describes the inodes the guest holds
+/// (`--migration-mode`, virtiofsd's option and values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+pub enum MigrationMode {
+    /// By path inside the shared directory (the kernel's path of each
+    /// descriptor, proven by walking it; else a search of the share).
+    #[default]
+    FindPaths,
+    /// By file handle: the destination must serve the very same file system
+    /// and have CAP_DAC_READ_SEARCH (`--modcaps=+dac_read_search`).
+    FileHandles,
+}
+
+/// What a VM live migration's destination does with an inode it cannot find
+/// (`--migration-on-error`, virtiofsd's option and values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+pub enum MigrationOnError {
+    /// Fail the migration: the source VM keeps running and serving.
+    #[default]
+    Abort,
+    /// Finish it; the guest gets EIO for that inode and its open files only.
+    GuestError,
+}

@@ -19,10 +19,10 @@ use crate::crc32::crc32;
 pub const MAGIC: &[u8; 8] = b"XVFSSTAT";
 /// The format this build writes and reads: one number for the whole blob
 /// (2: settings are named enums, no longer numeric codes; 3: the polling
-/// CPU budget, --syslog, --preserve-noatime).
-pub const FORMAT_VERSION: u32 = 3;
+/// CPU budget, --syslog, --preserve-noatime; 4: the --migration-* settings).
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest format this build reads.
-pub const MIN_FORMAT_VERSION: u32 = 3;
+pub const MIN_FORMAT_VERSION: u32 = 4;
 pub const HEADER_LEN: usize = 20;
 /// Upper bound on a payload (64 MiB: millions of inodes).
 pub const MAX_PAYLOAD: usize = 64 << 20;
@@ -45,8 +45,14 @@ pub enum FrameError {
 
 /// Wraps `payload` as format `version`.
 pub fn encode(version: u32, payload: &[u8]) -> Vec<u8> {
+    encode_with(MAGIC, version, payload)
+}
+
+/// Wraps `payload` as `version` of the format named by `magic` (the same
+/// envelope serves the upgrade state and the migration stream).
+pub fn encode_with(magic: &[u8; 8], version: u32, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
-    v.extend_from_slice(MAGIC);
+    v.extend_from_slice(magic);
     v.extend_from_slice(&version.to_le_bytes());
     v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     v.extend_from_slice(&crc32(payload).to_le_bytes());
@@ -56,15 +62,24 @@ pub fn encode(version: u32, payload: &[u8]) -> Vec<u8> {
 
 /// Checks the envelope; returns the format version and the payload.
 pub fn decode(blob: &[u8]) -> Result<(u32, &[u8]), FrameError> {
+    decode_with(MAGIC, blob, MIN_FORMAT_VERSION..=FORMAT_VERSION)
+}
+
+/// Checks an envelope with `magic` whose version is in `versions`.
+pub fn decode_with<'a>(
+    magic: &[u8; 8],
+    blob: &'a [u8],
+    versions: std::ops::RangeInclusive<u32>,
+) -> Result<(u32, &'a [u8]), FrameError> {
     if blob.len() < HEADER_LEN {
         return Err(FrameError::Short(blob.len()));
     }
-    if &blob[0..8] != MAGIC {
+    if &blob[0..8] != magic {
         return Err(FrameError::Magic);
     }
     let word = |o: usize| u32::from_le_bytes([blob[o], blob[o + 1], blob[o + 2], blob[o + 3]]);
     let version = word(8);
-    if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+    if !versions.contains(&version) {
         return Err(FrameError::Version(version));
     }
     let declared = word(12) as usize;

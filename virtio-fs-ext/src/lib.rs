@@ -7,7 +7,9 @@
 //!   as plain serializable data, with file descriptors referred to by index;
 //! - [`frame`]: the versioned, checksummed envelope around a state blob;
 //! - [`handover`]: the messages two daemons exchange over a Unix socket to
-//!   pass the state and its file descriptors (SCM_RIGHTS, in batches).
+//!   pass the state and its file descriptors (SCM_RIGHTS, in batches);
+//! - [`migration`]: the device state QEMU carries for a VM live migration
+//!   (ours, and virtiofsd's, which a destination accepts).
 //!
 //! The specification is `docs/live-upgrade.md` in the repository.
 
@@ -15,4 +17,5 @@ pub mod config;
 pub mod crc32;
 pub mod frame;
 pub mod handover;
+pub mod migration;
 pub mod state;

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use xvfs_fs::passthrough::state::FsState;
 use xvfs_fs::SessionState;
 
-use crate::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
+use crate::config::{
+    CacheMode, LogLevel, MigrationMode, MigrationOnError, PollMode, SandboxMode, SeccompAction,
+};
 use crate::frame::{self, FrameError};
 
 /// The daemon's settings (from its command line) that the successor keeps.
@@ -41,6 +43,12 @@ pub struct ConfigState {
     pub log_level: LogLevel,
     /// The `--socket-path` the daemon was started with (informational).
     pub socket_path: Option<String>,
+    /// `--migration-mode`, `--migration-on-error`,
+    /// `--migration-verify-handles`, `--migration-confirm-paths`.
+    pub migration_mode: MigrationMode,
+    pub migration_on_error: MigrationOnError,
+    pub migration_verify_handles: bool,
+    pub migration_confirm_paths: bool,
 }
 
 /// One guest memory region.
@@ -238,6 +246,10 @@ mod tests {
                 metrics_file: None,
                 log_level: LogLevel::Info,
                 socket_path: None,
+                migration_mode: MigrationMode::FindPaths,
+                migration_on_error: MigrationOnError::Abort,
+                migration_verify_handles: false,
+                migration_confirm_paths: false,
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

@@ -1,0 +1,187 @@
+//! The device state a back-end hands QEMU for VM live migration
+//! (VHOST_USER_PROTOCOL_F_DEVICE_STATE), and the one it accepts back.
+//!
+//! QEMU carries the bytes in its migration stream and hands them, unread, to
+//! the destination back-end. Two formats are accepted:
+//!
+//! - ours (what xvirtiofsd writes): the envelope of [`crate::frame`] with
+//!   magic `XVFSMIGR` and version [`MIGRATION_VERSION`], around the postcard
+//!   encoding of [`MigrationStream`]: the FUSE session and the file system's
+//!   inodes and handles, each inode described by where to find it;
+//! - virtiofsd 1.11–1.14's (postcard of its `V1`/`V2` enum; see
+//!   [`virtiofsd`]), so that a VM can move from a virtiofsd host to an
+//!   xvirtiofsd host.
+//!
+//! The specification is `docs/migration.md` in the repository.
+
+use serde::{Deserialize, Serialize};
+use xvfs_fs::passthrough::state::MigrationFs;
+use xvfs_fs::SessionState;
+
+use crate::frame::{self, FrameError};
+
+pub mod virtiofsd;
+
+/// Magic of our migration stream.
+pub const MIGRATION_MAGIC: &[u8; 8] = b"XVFSMIGR";
+/// The version this build writes and the only one it reads.
+pub const MIGRATION_VERSION: u32 = 1;
+
+/// Everything the destination needs, as of [`MIGRATION_VERSION`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationStream {
+    /// `--version` of the source daemon.
+    pub writer_version: String,
+    /// The negotiated FUSE session (the guest does not INIT again).
+    pub session: Option<SessionState>,
+    /// Inodes and handles.
+    pub fs: MigrationFs,
+}
+
+/// Where a received stream came from, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    /// From xvirtiofsd.
+    Ours(MigrationStream),
+    /// From virtiofsd: no FUSE session in it, only what its INIT settled
+    /// for options the destination must match.
+    Virtiofsd {
+        fs: MigrationFs,
+        opts: virtiofsd::NegotiatedOpts,
+        /// Its format version (1 or 2).
+        version: u32,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error("migration stream envelope")]
+    Frame(#[from] FrameError),
+    #[error(
+        "migration stream version {0} is not supported (this build reads version {MIGRATION_VERSION})"
+    )]
+    Version(u32),
+    #[error(
+        "migration stream does not decode (a value this build does not know, or a truncated field)"
+    )]
+    Decode(#[from] postcard::Error),
+    #[error("migration stream has {0} bytes after its end")]
+    Trailing(usize),
+    #[error("migration stream is neither xvirtiofsd's nor virtiofsd's ({0} bytes)")]
+    Unknown(usize),
+}
+
+impl MigrationStream {
+    /// Serializes into our framed format.
+    pub fn encode(&self) -> Result<Vec<u8>, MigrationError> {
+        let payload = postcard::to_stdvec(self)?;
+        Ok(frame::encode_with(
+            MIGRATION_MAGIC,
+            MIGRATION_VERSION,
+            &payload,
+        ))
+    }
+}
+
+/// Decodes a received stream: ours (by its magic, version checked), else
+/// virtiofsd's.
+pub fn decode(blob: &[u8]) -> Result<Received, MigrationError> {
+    if blob.starts_with(MIGRATION_MAGIC) {
+        let (version, payload) = frame::decode_with(MIGRATION_MAGIC, blob, 0..=u32::MAX)?;
+        if version != MIGRATION_VERSION {
+            return Err(MigrationError::Version(version));
+        }
+        let (stream, rest) = postcard::take_from_bytes(payload)?;
+        if !rest.is_empty() {
+            return Err(MigrationError::Trailing(rest.len()));
+        }
+        return Ok(Received::Ours(stream));
+    }
+    virtiofsd::decode(blob).ok_or(MigrationError::Unknown(blob.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvfs_fs::passthrough::state::{Location, MigratedHandle, MigratedInode};
+
+    pub(crate) fn sample_fs() -> MigrationFs {
+        MigrationFs {
+            next_id: 5,
+            next_fh: 3,
+            inodes: vec![
+                MigratedInode {
+                    id: 2,
+                    refs: 3,
+                    generation: 0,
+                    file_type: Some(libc::S_IFDIR),
+                    location: Location::FullPath {
+                        path: b"dir".to_vec(),
+                    },
+                    verify: None,
+                },
+                MigratedInode {
+                    id: 4,
+                    refs: 1,
+                    generation: 0,
+                    file_type: Some(libc::S_IFREG),
+                    location: Location::Path {
+                        parent: 2,
+                        name: b"f".to_vec(),
+                    },
+                    verify: None,
+                },
+            ],
+            handles: vec![MigratedHandle {
+                fh: 2,
+                inode: 4,
+                flags: libc::O_RDWR,
+            }],
+        }
+    }
+
+    fn sample() -> MigrationStream {
+        MigrationStream {
+            writer_version: "0.1.0".into(),
+            session: Some(SessionState {
+                minor: 41,
+                flags: 1 << 16,
+            }),
+            fs: sample_fs(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let blob = sample().encode().unwrap();
+        assert_eq!(decode(&blob).unwrap(), Received::Ours(sample()));
+    }
+
+    #[test]
+    fn another_version_is_refused_with_its_number() {
+        let payload = postcard::to_stdvec(&sample()).unwrap();
+        let blob = frame::encode_with(MIGRATION_MAGIC, MIGRATION_VERSION + 1, &payload);
+        let err = decode(&blob).unwrap_err();
+        assert!(matches!(err, MigrationError::Version(v) if v == MIGRATION_VERSION + 1));
+        assert!(
+            err.to_string().contains("version 2 is not supported"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn damage_and_garbage_are_refused() {
+        let mut blob = sample().encode().unwrap();
+        let last = blob.len() - 1;
+        blob[last] ^= 0x55;
+        assert!(matches!(
+            decode(&blob),
+            Err(MigrationError::Frame(FrameError::Checksum))
+        ));
+        assert!(matches!(
+            decode(b"\x07garbage"),
+            Err(MigrationError::Unknown(8))
+        ));
+        assert!(matches!(decode(b""), Err(MigrationError::Unknown(0))));
+    }
+}
