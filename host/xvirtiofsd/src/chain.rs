@@ -131,6 +131,16 @@ pub struct ChainReader {
 /// The reply side of a chain.
 pub struct ChainWriter {
     segs: Segments,
+    /// The device-writable descriptors as guest ranges (address, length):
+    /// what a migration's dirty log must mark.
+    guest: Vec<(u64, u64)>,
+}
+
+impl ChainWriter {
+    /// The device-writable descriptors as guest ranges (address, length).
+    pub fn guest_ranges(&self) -> &[(u64, u64)] {
+        &self.guest
+    }
 }
 
 /// Splits a descriptor chain into its reader and writer.
@@ -143,6 +153,7 @@ pub fn split_chain(
 ) -> Result<(ChainReader, ChainWriter), ChainError> {
     let mut readable = Vec::new();
     let mut writable = Vec::new();
+    let mut guest = Vec::new();
     let mut total: u64 = 0;
     for d in descs {
         total += u64::from(d.len());
@@ -150,6 +161,7 @@ pub fn split_chain(
             return Err(ChainError::TooLong);
         }
         let target = if d.is_write_only() {
+            guest.push((d.addr().0, u64::from(d.len())));
             &mut writable
         } else {
             if !writable.is_empty() {
@@ -167,6 +179,7 @@ pub fn split_chain(
         },
         ChainWriter {
             segs: Segments::new(writable),
+            guest,
         },
     ))
 }

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
-pub use virtio_fs_ext::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
+pub use virtio_fs_ext::config::{
+    CacheMode, LogLevel, MigrationMode, MigrationOnError, PollMode, SandboxMode, SeccompAction,
+};
 
 /// `--version`: the package version, with the build tag if one was set.
 pub const VERSION: &str = env!("XVFS_VERSION");
@@ -55,6 +57,17 @@ POLLING:
     --poll-cpu-max bounds the spinning itself: with --poll-cpu-max 20 a worker
     polls at most 20 % of the time, whatever the traffic, and sleeps on the
     kick eventfd once its credit is spent.
+
+MIGRATION:
+    A VM with an xvirtiofsd share can be live-migrated (QEMU >= 8.2, `virsh
+    migrate --live`): both hosts serve the same directory (NFS, CephFS, or one
+    directory for two QEMU processes), and the destination QEMU starts its own
+    xvirtiofsd. While QEMU copies memory the daemon logs the guest pages it
+    writes; at switch-over it describes every inode the guest holds and every
+    open file (--migration-mode) into QEMU's migration stream, and the
+    destination opens them again under the same ids: open files, the working
+    directory and inode numbers carry on. A destination also accepts the
+    stream of virtiofsd 1.11-1.14. See docs/migration.md.
 
 CACHE MODES:
     never     no caching in the guest: every access goes to the host (direct I/O)
@@ -288,20 +301,34 @@ pub struct Opt {
     #[arg(long, value_name = "MAP", hide = true)]
     pub translate_gid: Option<String>,
 
-    /// Not supported (VM live migration of the device state): refused.
-    #[arg(long, value_name = "MODE", hide = true)]
-    pub migration_mode: Option<String>,
+    /// VM live migration, on the source: how the inodes the guest holds are
+    /// described to the destination (see MIGRATION). `find-paths`: by path
+    /// inside the shared directory; `file-handles`: by file handle (the
+    /// destination serves the same file system and runs with
+    /// `--modcaps=+dac_read_search`). Ignored on the destination.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "find-paths")]
+    pub migration_mode: MigrationMode,
 
-    /// Not supported (VM live migration of the device state): refused.
-    #[arg(long, value_name = "MODE", hide = true)]
-    pub migration_on_error: Option<String>,
+    /// VM live migration, on the destination: what to do with an inode that
+    /// cannot be found again. `abort`: fail the migration (the VM keeps
+    /// running on the source); `guest-error`: finish it, the guest gets EIO
+    /// for that file only. Ignored on the source.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "abort")]
+    pub migration_on_error: MigrationOnError,
 
-    /// Not supported (VM live migration of the device state): refused.
-    #[arg(long, hide = true)]
+    /// VM live migration with find-paths, on the source: send each inode's
+    /// file handle too; the destination checks that the file it opens has
+    /// it (same shared directory on the same file system only), so that a
+    /// file renamed or replaced by another process during the migration is
+    /// detected rather than silently swapped.
+    #[arg(long)]
     pub migration_verify_handles: bool,
 
-    /// Not supported (VM live migration of the device state): refused.
-    #[arg(long, hide = true)]
+    /// VM live migration with find-paths, on the source: prove each path at
+    /// switch-over. Always done by this daemon (the paths are taken while
+    /// the device is stopped and each is walked from the shared directory
+    /// before it is sent); accepted for virtiofsd compatibility.
+    #[arg(long)]
     pub migration_confirm_paths: bool,
 
     /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
@@ -356,7 +383,6 @@ const NO_ACL: &str = "POSIX ACLs are not served";
 const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
 const NO_SUBMOUNTS: &str = "FUSE_ATTR_SUBMOUNT is not sent";
 const NO_XATTRMAP: &str = "xattr name mapping is not implemented";
-const NO_MIGRATION: &str = "VM live migration of the device state is not implemented";
 
 fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
     CliError::Unsupported {
@@ -469,7 +495,8 @@ impl Opt {
     /// Every virtiofsd option this daemon cannot honour is refused, never
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
-        let refused: [(bool, &str, &'static str); 11] = [
+        let handles = self.migration_mode == MigrationMode::FileHandles;
+        let refused: [(bool, &str, &'static str); 9] = [
             (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
@@ -490,12 +517,10 @@ impl Opt {
                 "--translate-uid/--translate-gid",
                 "ID translation is not implemented",
             ),
-            (self.migration_mode.is_some(), "--migration-mode", NO_MIGRATION),
-            (self.migration_on_error.is_some(), "--migration-on-error", NO_MIGRATION),
             (
-                self.migration_verify_handles || self.migration_confirm_paths,
+                handles && (self.migration_verify_handles || self.migration_confirm_paths),
                 "--migration-verify-handles/--migration-confirm-paths",
-                NO_MIGRATION,
+                "they only apply to --migration-mode=find-paths (file handles need no check)",
             ),
         ];
         match refused.into_iter().find(|(given, _, _)| *given) {
@@ -518,9 +543,10 @@ struct Capabilities {
 pub fn capabilities_json() -> String {
     let caps = Capabilities {
         kind: "fs",
-        // No "migrate-precopy": the device state cannot be migrated yet, and
-        // libvirt must not start a migration that QEMU would fail.
-        features: &["separate-options"],
+        // "migrate-precopy": the device state travels in QEMU's migration
+        // stream (VHOST_USER_PROTOCOL_F_DEVICE_STATE), so libvirt may
+        // migrate the domain.
+        features: &["migrate-precopy", "separate-options"],
     };
     // Serializing two static strings cannot fail; an empty object would
     // only make libvirt see no features.
@@ -604,9 +630,11 @@ mod tests {
             &["--security-label"],
             &["--xattrmap=:ok:all::"],
             &["--translate-uid=guest:0:100000:65536"],
-            &["--migration-mode=find-paths"],
-            &["--migration-on-error=abort"],
-            &["--migration-verify-handles"],
+            &[
+                "--migration-mode=file-handles",
+                "--migration-verify-handles",
+            ],
+            &["--migration-mode=file-handles", "--migration-confirm-paths"],
             &["-o", "flock"],
             &["-o", "posix_lock"],
             &["-o", "killpriv_v2"],
@@ -627,6 +655,12 @@ mod tests {
             &["--preserve-noatime"],
             &["--syslog"],
             &["--thread-pool-size=4"],
+            &["--migration-mode=find-paths", "--migration-verify-handles"],
+            &[
+                "--migration-mode=file-handles",
+                "--migration-on-error=guest-error",
+            ],
+            &["--migration-on-error=abort", "--migration-confirm-paths"],
         ] {
             let args: Vec<&str> = base.iter().chain(extra).copied().collect();
             parse(&args).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
@@ -639,7 +673,9 @@ mod tests {
         assert!(o.print_capabilities);
         let caps: serde_json::Value = serde_json::from_str(&capabilities_json()).unwrap();
         assert_eq!(caps["type"], "fs");
-        assert!(caps["features"].is_array());
+        let features = caps["features"].as_array().unwrap();
+        // libvirt allows `virsh migrate` only with "migrate-precopy".
+        assert!(features.iter().any(|f| f == "migrate-precopy"), "{caps}");
     }
 }
 

@@ -17,6 +17,7 @@ use xvfs_fs::{Config, PassthroughFs};
 use crate::cli::{self, Opt, PollMode, SandboxMode};
 use crate::control::{self, StatusInfo};
 use crate::metrics_file::{MetricsHandle, MetricsWriter};
+use crate::migration::MigrationConfig;
 use crate::queue::{measure_wake_cost, PollConfig};
 use crate::service_manager::Notifier;
 use crate::upgrade::{self, Incoming, Outgoing};
@@ -472,6 +473,10 @@ fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
         log_level: opt.log_level,
         socket_path: opt.socket_path.as_ref().map(|p| p.display().to_string()),
+        migration_mode: opt.migration_mode,
+        migration_on_error: opt.migration_on_error,
+        migration_verify_handles: opt.migration_verify_handles,
+        migration_confirm_paths: opt.migration_confirm_paths,
     }
 }
 
@@ -533,6 +538,12 @@ fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfig {
             cpu_max: c.poll_cpu_max,
         },
         queue_cpus: c.queue_cpus.iter().map(|&c| c as usize).collect(),
+        migration: MigrationConfig {
+            mode: c.migration_mode,
+            on_error: c.migration_on_error,
+            verify_handles: c.migration_verify_handles,
+            confirm_paths: c.migration_confirm_paths,
+        },
     }
 }
 
@@ -552,7 +563,10 @@ fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
 fn confine(c: &ConfigState, caps: u64) -> Result<(), SetupError> {
     sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
     crate::caps::drop_to(caps)?;
-    sandbox::seccomp(c.seccomp)?;
+    // Opening file handles (a migration's destination) needs
+    // CAP_DAC_READ_SEARCH; only a daemon that keeps it may make the call.
+    let file_handles = caps & (1 << 2) != 0; // CAP_DAC_READ_SEARCH
+    sandbox::seccomp(c.seccomp, file_handles)?;
     Ok(())
 }
 

@@ -41,6 +41,7 @@ use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use xvfs_fs::ratelimit::RateLimiter;
 
 use crate::chain::split_chain;
+use crate::dirty_log::LogTarget;
 use crate::mem::GuestMemoryMmap;
 pub use crate::metrics::QueueStats;
 use crate::sys;
@@ -116,11 +117,13 @@ impl PollConfig {
 pub const BUDGET_PERIOD: Duration = Duration::from_millis(100);
 
 /// Per-worker settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WorkerOptions {
     pub poll: PollConfig,
     /// Host CPU to pin the worker to.
     pub cpu: Option<usize>,
+    /// While a migration logs dirty pages: where to log.
+    pub log: Option<LogTarget>,
 }
 
 /// The adaptive decision (an exponentially weighted mean of the idle gaps)
@@ -297,6 +300,7 @@ impl Worker {
             bad_chain_log: RateLimiter::new(),
             policy: PollPolicy::new(opts.poll),
             cpu: opts.cpu,
+            log: opts.log,
         };
         let handle = std::thread::Builder::new()
             .name(format!("xvfs-q{}", cfg.index))
@@ -377,6 +381,7 @@ struct WorkerCtx {
     bad_chain_log: RateLimiter,
     policy: PollPolicy,
     cpu: Option<usize>,
+    log: Option<LogTarget>,
 }
 
 impl WorkerCtx {
@@ -413,6 +418,9 @@ impl WorkerCtx {
             let guard = self.mem.memory();
             let mem: &GuestMemoryMmap = &guard;
             self.queue.disable_notification(mem)?;
+            if let Some(log) = &self.log {
+                log.mark_used();
+            }
             if self.serve_batch(mem)? > 0 {
                 idle_since = Instant::now();
             }
@@ -433,7 +441,12 @@ impl WorkerCtx {
             }
 
             // Re-arm, then re-check: a request that landed meanwhile is served now.
-            if self.queue.enable_notification(mem)? {
+            let rearmed = self.queue.enable_notification(mem)?;
+            if let Some(log) = &self.log {
+                // The avail event lives in the used ring.
+                log.mark_used();
+            }
+            if rearmed {
                 self.stats.found_by_wakeup.fetch_add(1, Ordering::Relaxed);
                 self.policy.observe_gap(idle_since.elapsed());
                 continue;
@@ -501,6 +514,11 @@ impl WorkerCtx {
                 Ok((mut r, mut w)) => {
                     let request_bytes = xvfs_fs::io::RequestReader::remaining(&r);
                     let n = self.server.handle(&mut r, &mut w);
+                    if let Some(log) = &self.log {
+                        for &(gpa, len) in w.guest_ranges() {
+                            log.log.mark(gpa, len);
+                        }
+                    }
                     (n, (request_bytes + n) as u64)
                 }
                 Err(e) => {
@@ -515,6 +533,9 @@ impl WorkerCtx {
                 }
             };
             self.queue.add_used(mem, head, len as u32)?;
+            if let Some(log) = &self.log {
+                log.mark_used();
+            }
             self.stats
                 .record(bytes, started.elapsed().as_nanos() as u64);
             served += 1;

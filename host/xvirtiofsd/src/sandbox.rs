@@ -100,6 +100,7 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_linkat,
     libc::SYS_symlinkat,
     libc::SYS_readlinkat,
+    libc::SYS_name_to_handle_at,
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
     libc::SYS_fchownat,
@@ -195,7 +196,13 @@ const ALLOWED: &[libc::c_long] = &[
 
 /// Builds the BPF program: check the architecture, allow the listed calls, apply
 /// `action` to everything else.
+#[cfg(test)]
 fn filter(action: u32) -> Vec<libc::sock_filter> {
+    filter_with(action, &[])
+}
+
+/// [`filter`], allowing `extra` calls too.
+fn filter_with(action: u32, extra: &[libc::c_long]) -> Vec<libc::sock_filter> {
     let stmt = |code: u32, k: u32| libc::sock_filter {
         code: code as u16,
         jt: 0,
@@ -217,7 +224,7 @@ fn filter(action: u32) -> Vec<libc::sock_filter> {
         stmt(ld_abs, 0), // seccomp_data.nr
     ];
     prog.extend(restricted());
-    for &nr in ALLOWED {
+    for &nr in ALLOWED.iter().chain(extra) {
         prog.push(jeq(nr as u32, 0, 1));
         prog.push(stmt(ret, SECCOMP_RET_ALLOW));
     }
@@ -227,13 +234,25 @@ fn filter(action: u32) -> Vec<libc::sock_filter> {
 
 /// The BPF program `--seccomp action` installs (`None` for `none`).
 pub fn program(action: SeccompAction) -> Option<Vec<libc::sock_filter>> {
+    program_with(action, false)
+}
+
+/// [`program`]; with `file_handles`, `open_by_handle_at` is allowed too (a
+/// VM live migration by file handle; it needs CAP_DAC_READ_SEARCH, which is
+/// only kept with `--modcaps=+dac_read_search`).
+pub fn program_with(action: SeccompAction, file_handles: bool) -> Option<Vec<libc::sock_filter>> {
     let ret = match action {
         SeccompAction::None => return None,
         SeccompAction::Kill => SECCOMP_RET_KILL_PROCESS,
         SeccompAction::Log => SECCOMP_RET_LOG,
         SeccompAction::Trap => SECCOMP_RET_TRAP,
     };
-    Some(filter(ret))
+    let extra: &[libc::c_long] = if file_handles {
+        &[libc::SYS_open_by_handle_at]
+    } else {
+        &[]
+    };
+    Some(filter_with(ret, extra))
 }
 
 /// The calls allowed only with some arguments; the others fail with an
@@ -291,8 +310,8 @@ fn restricted() -> Vec<libc::sock_filter> {
 }
 
 /// Installs the filter chosen with `--seccomp` on every thread.
-pub fn seccomp(action: SeccompAction) -> Result<(), SandboxError> {
-    let Some(prog) = program(action) else {
+pub fn seccomp(action: SeccompAction, file_handles: bool) -> Result<(), SandboxError> {
+    let Some(prog) = program_with(action, file_handles) else {
         warn!(
             "--seccomp none: no system-call filter; a compromised daemon may make \
              any system call (execve, ptrace, mount, ...) its capabilities allow"

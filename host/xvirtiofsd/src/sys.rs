@@ -36,6 +36,16 @@ pub fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// An anonymous, close-on-exec memory file (`memfd_create(2)`).
+pub fn memfd(name: &str) -> io::Result<std::fs::File> {
+    let name = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name contains NUL"))?;
+    // SAFETY: `name` is a valid C string; the returned fd is checked and owned by us.
+    let fd = cvt(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
 /// Adds 1 to an eventfd counter (a kick or call notification).
 pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
     let one: u64 = 1;

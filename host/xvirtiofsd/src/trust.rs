@@ -106,6 +106,10 @@ mod tests {
             metrics_file: None,
             log_level: LogLevel::Info,
             socket_path: Some("/run/vfs.sock".into()),
+            migration_mode: Default::default(),
+            migration_on_error: Default::default(),
+            migration_verify_handles: false,
+            migration_confirm_paths: false,
         }
     }
 

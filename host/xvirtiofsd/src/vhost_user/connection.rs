@@ -208,6 +208,9 @@ fn expects_reply(req: FrontendReq) -> bool {
             | FrontendReq::GET_QUEUE_NUM
             | FrontendReq::GET_MAX_MEM_SLOTS
             | FrontendReq::GET_VRING_BASE
+            | FrontendReq::SET_LOG_BASE
+            | FrontendReq::SET_DEVICE_STATE_FD
+            | FrontendReq::CHECK_DEVICE_STATE
     )
 }
 

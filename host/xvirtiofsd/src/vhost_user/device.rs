@@ -9,19 +9,23 @@ use std::sync::Arc;
 
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
-    FrontendReq, VhostUserMemory, VhostUserMemoryRegion, VhostUserSingleMemoryRegion, VhostUserU64,
-    VhostUserVringAddr, VhostUserVringState, MAX_ATTACHED_FD_ENTRIES,
+    FrontendReq, VhostUserLog, VhostUserMemory, VhostUserMemoryRegion, VhostUserSingleMemoryRegion,
+    VhostUserU64, VhostUserVringAddr, VhostUserVringAddrFlags, VhostUserVringState,
+    MAX_ATTACHED_FD_ENTRIES,
 };
 use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vm_memory::{ByteValued, GuestMemoryAtomic};
 use xvfs_fs::ratelimit::RateLimiter;
 
+use crate::dirty_log::{used_ring_bytes, DirtyLog, LogTarget};
 use crate::mem::{GuestMemoryMmap, MemoryTable, Region, MAX_REGIONS};
+use crate::migration::MigrationConfig;
 use crate::queue::{
     PollConfig, QueueStats, RingConfig, Worker, WorkerFds, WorkerOptions, MAX_QUEUE_SIZE,
 };
 use crate::FsServer as Server;
 
+use super::device_state::Transfer;
 use super::error::{Result, VhostUserError};
 use super::ring::Vring;
 
@@ -43,6 +47,8 @@ pub struct DeviceConfig {
     /// CPUs to pin request-queue workers to (request queue i on
     /// `queue_cpus[(i - 1) % len]`); empty: no pinning.
     pub queue_cpus: Vec<usize>,
+    /// VM live migration of the device state.
+    pub migration: MigrationConfig,
 }
 
 impl DeviceConfig {
@@ -52,6 +58,7 @@ impl DeviceConfig {
             max_queues,
             poll: PollConfig::NEVER,
             queue_cpus: Vec::new(),
+            migration: MigrationConfig::default(),
         }
     }
 
@@ -64,6 +71,7 @@ impl DeviceConfig {
         WorkerOptions {
             poll: self.poll,
             cpu,
+            log: None,
         }
     }
 }
@@ -82,6 +90,11 @@ pub struct Device {
     /// polls it and calls [`Device::reap_faults`].
     supervisor: Arc<OwnedFd>,
     fault_log: RateLimiter,
+    /// The dirty-page log (SET_LOG_BASE), used while LOG_ALL is acked.
+    log: Option<Arc<DirtyLog>>,
+    /// A device state transfer under way (SET_DEVICE_STATE_FD), until
+    /// CHECK_DEVICE_STATE.
+    pub(super) transfer: Option<Transfer>,
 }
 
 impl Device {
@@ -99,6 +112,8 @@ impl Device {
             vrings,
             supervisor,
             fault_log: RateLimiter::new(),
+            log: None,
+            transfer: None,
         })
     }
 
@@ -138,6 +153,7 @@ impl Device {
             | VIRTIO_RING_F_INDIRECT_DESC
             | VIRTIO_RING_F_EVENT_IDX
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
     }
 
     /// vhost-user protocol features we offer.
@@ -146,6 +162,8 @@ impl Device {
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::LOG_SHMFD
+            | VhostUserProtocolFeatures::DEVICE_STATE
     }
 
     /// The FUSE server behind the queues.
@@ -164,6 +182,34 @@ impl Device {
 
     fn protocol_features_acked(&self) -> bool {
         self.acked_features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0
+    }
+
+    /// Where ring `i`'s worker logs dirty pages: only while LOG_ALL is
+    /// acked and a log is mapped.
+    fn log_target(&self, i: usize) -> Option<LogTarget> {
+        if self.acked_features & VhostUserVirtioFeatures::LOG_ALL.bits() == 0 {
+            return None;
+        }
+        let v = &self.vrings[i];
+        Some(LogTarget {
+            log: Arc::clone(self.log.as_ref()?),
+            used: v.log_used.then(|| (v.log_addr, used_ring_bytes(v.size))),
+        })
+    }
+
+    /// Restarts the running workers so that they log (or stop logging) as
+    /// now configured. Only at the start and end of a migration.
+    fn relog(&mut self) -> Result<()> {
+        if self.vrings.iter().any(Vring::is_running) {
+            self.quiesce();
+            self.resume()?;
+        }
+        Ok(())
+    }
+
+    /// Whether every ring is stopped (the device is suspended).
+    pub(super) fn suspended(&self) -> bool {
+        !self.vrings.iter().any(Vring::is_running)
     }
 
     fn vring(&mut self, index: u32) -> Result<&mut Vring> {
@@ -187,7 +233,9 @@ impl Device {
     fn maybe_start(&mut self, i: usize) -> Result<()> {
         let event_idx = self.acked_features & VIRTIO_RING_F_EVENT_IDX != 0;
         let (mem_table, mem, server) = (&self.mem_table, &self.mem, &self.server);
-        let (opts, supervisor) = (self.cfg.worker_options(i), &self.supervisor);
+        let mut opts = self.cfg.worker_options(i);
+        opts.log = self.log_target(i);
+        let supervisor = &self.supervisor;
         self.vrings[i].start(|v, kick| {
             let cfg = RingConfig {
                 index: i,
@@ -209,7 +257,7 @@ impl Device {
                 mem.clone(),
                 Arc::clone(server),
                 Arc::clone(&v.stats),
-                opts,
+                opts.clone(),
             )?;
             debug!(
                 "queue {i}: started (size {}, base {})",
@@ -303,7 +351,20 @@ impl Device {
                 if f & !Self::features() != 0 {
                     return Err(VhostUserError::UnofferedFeatures(f & !Self::features()));
                 }
+                let log_changed =
+                    (self.acked_features ^ f) & VhostUserVirtioFeatures::LOG_ALL.bits() != 0;
                 self.acked_features = f;
+                if log_changed {
+                    info!(
+                        "dirty page logging {}",
+                        if f & VhostUserVirtioFeatures::LOG_ALL.bits() != 0 {
+                            "on"
+                        } else {
+                            "off"
+                        }
+                    );
+                    self.relog()?;
+                }
                 if !self.protocol_features_acked() {
                     // Without PROTOCOL_FEATURES rings are enabled as soon as they start.
                     for i in 0..self.vrings.len() {
@@ -358,6 +419,22 @@ impl Device {
                 self.install_memory(mapped);
                 Ok(None)
             }
+            R::SET_LOG_BASE => {
+                let l = parse::<VhostUserLog>(req, body)?;
+                expect_fds(req, 1, &fds)?;
+                let Some(file) = fds.into_iter().next() else {
+                    return Err(VhostUserError::InvalidPayload(req));
+                };
+                self.log = Some(Arc::new(DirtyLog::map(file, l.mmap_size, l.mmap_offset)?));
+                self.relog()?;
+                Ok(Some(u64_reply(0)))
+            }
+            R::SET_LOG_FD => {
+                // Optional: we never signal it; its descriptor is closed.
+                Ok(None)
+            }
+            R::SET_DEVICE_STATE_FD => Ok(Some(self.set_device_state_fd(req, body, fds))),
+            R::CHECK_DEVICE_STATE => Ok(Some(u64_reply(self.check_device_state()))),
             R::SET_BACKEND_REQ_FD => {
                 // Not offered; a front-end sending it anyway gets its fd closed.
                 Ok(None)
@@ -391,6 +468,13 @@ impl Device {
                 v.avail_va = a.available;
                 v.used_va = a.used;
                 v.addr_set = true;
+                let log_used = a.flags & VhostUserVringAddrFlags::VHOST_VRING_F_LOG.bits() != 0;
+                let relog = v.log_used != log_used || v.log_addr != a.log;
+                v.log_used = log_used;
+                v.log_addr = a.log;
+                if relog && v.is_running() {
+                    self.relog()?;
+                }
                 Ok(None)
             }
             R::SET_VRING_BASE => {
@@ -519,7 +603,7 @@ impl Device {
     }
 }
 
-fn expect_fds(req: FrontendReq, want: usize, fds: &[File]) -> Result<()> {
+pub(super) fn expect_fds(req: FrontendReq, want: usize, fds: &[File]) -> Result<()> {
     if fds.len() == want {
         Ok(())
     } else {
@@ -531,11 +615,11 @@ fn expect_fds(req: FrontendReq, want: usize, fds: &[File]) -> Result<()> {
     }
 }
 
-fn u64_reply(v: u64) -> Vec<u8> {
+pub(super) fn u64_reply(v: u64) -> Vec<u8> {
     VhostUserU64::new(v).as_slice().to_vec()
 }
 
-fn parse<T: ByteValued>(req: FrontendReq, body: &[u8]) -> Result<T> {
+pub(super) fn parse<T: ByteValued>(req: FrontendReq, body: &[u8]) -> Result<T> {
     if body.len() != std::mem::size_of::<T>() {
         return Err(VhostUserError::BadSize {
             req,

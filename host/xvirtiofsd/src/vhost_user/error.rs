@@ -43,6 +43,10 @@ pub enum VhostUserError {
     Memory(#[from] MemError),
     #[error("restored device state does not fit this build: {0}")]
     ImportMismatch(&'static str),
+    #[error("dirty page log")]
+    Log(#[from] crate::dirty_log::LogError),
+    #[error("device state transfer: {0}")]
+    Transfer(String),
     #[error("starting queue")]
     Queue(#[from] crate::queue::QueueError),
 }

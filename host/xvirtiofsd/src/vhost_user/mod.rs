@@ -7,10 +7,12 @@
 //! - [`connection`]: framing, descriptors, the serve loop;
 //! - [`device`]: the message handler and the rings' workers;
 //! - `ring`: one virtqueue's lifecycle as a state machine;
-//! - `persist`: the device to and from [`virtio_fs_ext::state::DeviceState`].
+//! - `persist`: the device to and from [`virtio_fs_ext::state::DeviceState`];
+//! - `device_state`: the device state through QEMU's migration stream.
 
 pub mod connection;
 pub mod device;
+mod device_state;
 mod error;
 mod persist;
 mod ring;

@@ -35,6 +35,9 @@ pub(super) struct Vring {
     pub(super) avail_va: u64,
     pub(super) used_va: u64,
     pub(super) addr_set: bool,
+    /// VHOST_VRING_F_LOG: log writes to the used ring at `log_addr`.
+    pub(super) log_used: bool,
+    pub(super) log_addr: u64,
     pub(super) base: u16,
     /// Where the worker left the used index when it last stopped.
     pub(super) next_used: u16,
@@ -68,6 +71,11 @@ impl Vring {
     /// it since.
     pub(super) fn started(&self) -> bool {
         self.kick().is_some()
+    }
+
+    /// A worker serves it.
+    pub(super) fn is_running(&self) -> bool {
+        matches!(self.state, RingState::Running { .. })
     }
 
     pub(super) fn is_broken(&self) -> bool {

@@ -488,6 +488,10 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         metrics_file: None,
         log_level: LogLevel::Info,
         socket_path: None,
+        migration_mode: Default::default(),
+        migration_on_error: Default::default(),
+        migration_verify_handles: false,
+        migration_confirm_paths: false,
     }
 }
 
