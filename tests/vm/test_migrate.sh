@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# VM test: live migration of a VM with a virtio-fs share, between two QEMU
+# processes on this machine (QEMU's -incoming), each with its own daemon on
+# the same directory.
+#
+# 1. xvirtiofsd -> xvirtiofsd, XVFS_MIGRATIONS (default 6) migrations back and
+#    forth, alternating --migration-mode find-paths (with
+#    --migration-verify-handles) and file-handles, while the guest runs fio
+#    with crc32c verification, a 200/s request stream, keeps one file open
+#    for reading and one for appending, and has its working directory in the
+#    share. Checked: every migration completes; 0 I/O errors; verification
+#    passes; both descriptors still work (the appended lines are on the
+#    host); the working directory works; `stat -c %i` of a file is unchanged.
+#    Printed: the guest-visible pause per migration (the largest gaps of the
+#    request stream) and QEMU's own downtime figure.
+# 2. virtiofsd 1.14 -> xvirtiofsd (when virtiofsd is installed): the same
+#    checks after one migration.
+# 3. Faults: the destination serves a copy of the share that lacks a file the
+#    guest holds open. With --migration-on-error=abort the migration fails
+#    and the guest carries on on the source; with guest-error it completes and
+#    the guest gets EIO for that file only.
+set -euo pipefail
+
+# shellcheck source=tests/vm/lib.sh
+. "$(dirname "$0")/lib.sh"
+# shellcheck source=vmm-config/qemu-profile.sh
+. "$XVFS_ROOT/vmm-config/qemu-profile.sh"
+
+vmt_init migrate
+MIGRATIONS=${XVFS_MIGRATIONS:-6}
+VIRTIOFSD=${XVFS_VIRTIOFSD:-/opt/xvirtiofs/virtiofsd/bin/virtiofsd}
+QMP=$XVFS_ROOT/tests/vm/qmp.py
+GUEST_DIR=$XVFS_ROOT/build/guest
+PIDS=()
+declare -A QEMU_PID=()
+
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+GUEST_SCRIPT='
+S=/mnt/shared
+R=$S/results.txt
+mkdir -p $S/work
+cd $S/work
+echo cwd-ok > here
+exec 3< $S/keep
+exec 4>> $S/append.log
+INO0=$(stat -c %i $S/keep)
+fio --name=tick --filename=$S/tick.dat --rw=write --bs=4k --size=256k --time_based --runtime=900 \
+    --rate_iops=200 --ioengine=psync --write_lat_log=/tmp/tick --log_avg_msec=0 --eta=never \
+    --output=/tmp/tick.out &
+TICK=$!
+( n=0; fail=0
+  while [ ! -e $S/done ]; do
+    n=$((n+1))
+    fio --name=v$n --filename=$S/verify.dat --size=1m --bs=4k --rw=randwrite --verify=crc32c \
+        --do_verify=1 --ioengine=psync --eta=never --output=/tmp/v.out || { fail=$((fail+1)); cat /tmp/v.out; }
+  done
+  echo "verify-runs=$n verify-failures=$fail" > /tmp/verify.res ) &
+VER=$!
+( i=0; err=0
+  while [ ! -e $S/done ]; do
+    i=$((i+1)); echo "append $i" >&4 || err=$((err+1)); sleep 0.1
+  done
+  echo "appends=$i append-errors=$err" > /tmp/append.res ) &
+APP=$!
+touch $S/started
+while [ ! -e $S/done ]; do sleep 0.5; done
+wait $APP; wait $VER
+kill -INT $TICK; wait $TICK
+{ cat /tmp/append.res /tmp/verify.res
+  grep -o "err= *[0-9]*" /tmp/tick.out | sed "s/ //g; s/^/tick-/"
+  echo "kept-fd-content=$(cat <&3)"
+  echo "last-append-rc=$(echo final >&4; echo $?)"
+  echo "cwd-content=$(cat here)"
+  echo "cwd-pwd=$(pwd)"
+  echo "inode-same=$([ "$INO0" = "$(stat -c %i $S/keep)" ] && echo yes || echo no)"
+} > /tmp/res
+cp /tmp/res $R
+cp /tmp/tick_lat.1.log $S/tick_lat.log
+cat /tmp/res
+'
+
+# start_daemon NAME SHARE ARGS...: a daemon on $VMT_DIR/NAME.sock.
+start_daemon() {
+    local name=$1 share=$2 bin=${DAEMON_BIN:-$DAEMON}
+    shift 2
+    rm -f "$VMT_DIR/$name.sock"
+    "$bin" --socket-path "$VMT_DIR/$name.sock" --shared-dir "$share" "$@" \
+        </dev/null >>"$VMT_DIR/$name.daemon.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 1 100); do
+        [ -S "$VMT_DIR/$name.sock" ] && return 0
+        sleep 0.1
+    done
+    fail "daemon $name did not create its socket"
+    return 1
+}
+
+# start_vm NAME [INCOMING-URI]: QEMU on the daemon NAME.sock, QMP on NAME.qmp.
+start_vm() {
+    local name=$1 incoming=${2:-}
+    declare -gA XVFS_P=(
+        [MACHINE]=pc [VCPUS]=2 [MEM]=512M [TAG]=shared [QUEUES]=1 [QUEUE_SIZE]=1024
+        [SOCK]=$(xvfs_qemu_escape "$VMT_DIR/$name.sock")
+        [KERNEL]=$(xvfs_qemu_escape "$GUEST_DIR/vmlinux")
+        [INITRD]=$(xvfs_qemu_escape "$GUEST_DIR/initramfs.cpio")
+        [APPEND]="console=ttyS0 quiet panic=1 xvfs.tag=shared xvfs.wait=30 xvfs.cmd=$(printf '%s' "$GUEST_SCRIPT" | base64 -w0)"
+        [CONSOLE]="file,id=con,path=$(xvfs_qemu_escape "$VMT_DIR/$name.console"),append=on"
+    )
+    xvfs_pick_accel 2>/dev/null
+    xvfs_render_args "$XVFS_QEMU_TEMPLATE"
+    XVFS_QEMU_ARGS+=(-qmp "unix:$VMT_DIR/$name.qmp,server=on,wait=off")
+    [ -z "$incoming" ] || XVFS_QEMU_ARGS+=(-incoming "$incoming")
+    rm -f "$VMT_DIR/$name.qmp"
+    timeout -k 5 900 qemu-system-x86_64 "${XVFS_QEMU_ARGS[@]}" </dev/null \
+        >>"$VMT_DIR/$name.qemu.log" 2>&1 &
+    PIDS+=($!)
+    QEMU_PID[$name]=$!
+    for _ in $(seq 1 100); do
+        [ -S "$VMT_DIR/$name.qmp" ] && return 0
+        sleep 0.1
+    done
+    fail "QEMU $name did not open its monitor"
+    return 1
+}
+
+wait_file() {
+    for _ in $(seq 1 "$((${2:-240} * 2))"); do
+        [ -e "$1" ] && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
+# migrate FROM TO: migrates the running VM FROM to a new QEMU TO (whose
+# daemon runs already); on success quits FROM. Sets RES to "completed MS"
+# or "failed WHY".
+migrate() {
+    local from=$1 to=$2 res pid
+    rm -f "$VMT_DIR/mig.sock"
+    start_vm "$to" "unix:$VMT_DIR/mig.sock"
+    wait_file "$VMT_DIR/mig.sock" 30 || true
+    res=$(python3 "$QMP" "$VMT_DIR/$from.qmp" migrate "unix:$VMT_DIR/mig.sock" 300 2>&1) || true
+    # The source only knows it sent everything: as libvirt does, the
+    # migration has succeeded once the destination runs; if the destination
+    # fails to load (and exits), the source is resumed.
+    if [[ $res == completed* ]] && ! dest_runs "$to"; then
+        res="failed (the destination did not start ($(tail -n 1 "$VMT_DIR/$to.qemu.log")))"
+        python3 "$QMP" "$VMT_DIR/$from.qmp" cont >/dev/null 2>&1 || true
+    fi
+    RES=$res
+    if [[ $res == completed* ]]; then
+        python3 "$QMP" "$VMT_DIR/$from.qmp" quit >/dev/null 2>&1 || true
+        pid=${QEMU_PID[$from]}
+    else
+        pid=${QEMU_PID[$to]}
+        kill "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+# dest_runs NAME: true once QEMU NAME runs the migrated guest; false when it
+# exits first (it failed to load the state).
+dest_runs() {
+    local pid=${QEMU_PID[$1]} st
+    for _ in $(seq 1 300); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        st=$(python3 "$QMP" "$VMT_DIR/$1.qmp" query-status 2>/dev/null) || true
+        [[ $st == *'"running"'* ]] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# The guest's result file, as KEY=VALUE fields.
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2" | head -n 1; }
+
+check_guest() { # check_guest SHARE LABEL
+    local r=$1/results.txt label=$2
+    [ -s "$r" ] || { fail "$label: the guest wrote no results"; return; }
+    assert_eq 0 "$(field append-errors "$r")" "$label: appends through the kept descriptor never failed"
+    assert_eq 0 "$(field last-append-rc "$r")" "$label: the append descriptor still works at the end"
+    assert_eq "$(($(field appends "$r") + 1))" "$(grep -c . "$1/append.log")" \
+        "$label: every appended line is on the host"
+    assert_eq 0 "$(field verify-failures "$r")" "$label: every fio crc32c verification passed"
+    assert_ok "$label: verification ran ($(field verify-runs "$r") runs)" test "$(field verify-runs "$r")" -gt 0
+    assert_eq 0 "$(field tick-err "$r")" "$label: request stream without I/O error"
+    assert_eq before "$(field kept-fd-content "$r")" "$label: the file opened before the first migration still reads"
+    assert_eq cwd-ok "$(field cwd-content "$r")" "$label: the working directory in the share still works"
+    assert_eq yes "$(field inode-same "$r")" "$label: inode number seen by the guest unchanged"
+}
+
+pauses() { # pauses SHARE N LABEL
+    [ -s "$1/tick_lat.log" ] || { echo "$3: no completion log from the request stream"; return 1; }
+    python3 - "$1/tick_lat.log" "$2" "$3" <<'PY'
+import statistics, sys
+times = sorted(int(l.split(",")[0]) for l in open(sys.argv[1]) if l.strip())
+gaps = sorted((b - a for a, b in zip(times, times[1:])), reverse=True)
+n = int(sys.argv[2])
+top = gaps[:n]
+print(f"{sys.argv[3]}: guest-visible pause over {n} migration(s) (largest gaps of a 200/s "
+      f"request stream): median {statistics.median(top)} ms, max {max(top)} ms; "
+      f"normal gap {statistics.median(gaps)} ms")
+PY
+}
+
+new_share() {
+    rm -rf "$1"
+    mkdir -p "$1"
+    echo before >"$1/keep"
+}
+
+# ---- 1. xvirtiofsd <-> xvirtiofsd ----
+SHARE=$VMT_DIR/share
+new_share "$SHARE"
+COMMON=(--modcaps=+dac_read_search)
+start_daemon a "$SHARE" "${COMMON[@]}" --migration-mode find-paths --migration-verify-handles
+start_vm a
+if wait_file "$SHARE/started" 240; then
+    pass "guest started its workload"
+    from=a to=b src_mode=find-paths
+    : >"$VMT_DIR/downtimes.txt"
+    for n in $(seq 1 "$MIGRATIONS"); do
+        # The mode is the source's: odd rounds leave a find-paths daemon,
+        # even rounds a file-handles one.
+        if [ $((n % 2)) -eq 1 ]; then mode=(--migration-mode file-handles); else mode=(--migration-mode find-paths --migration-verify-handles); fi
+        start_daemon "$to" "$SHARE" "${COMMON[@]}" "${mode[@]}"
+        migrate "$from" "$to"
+        res=$RES
+        assert_eq completed "${res%% *}" "migration $n ($from -> $to, source --migration-mode $src_mode): $res"
+        src_mode=${mode[1]}
+        echo "${res#* }" >>"$VMT_DIR/downtimes.txt"
+        [[ $res == completed* ]] || break
+        tmp=$from from=$to to=$tmp
+        sleep 2
+    done
+    touch "$SHARE/done"
+    wait "${QEMU_PID[$from]}" 2>/dev/null || true
+    check_guest "$SHARE" "xvirtiofsd<->xvirtiofsd"
+    if p=$(pauses "$SHARE" "$MIGRATIONS" "xvirtiofsd<->xvirtiofsd"); then
+        pass "$p; QEMU downtime (ms): $(paste -sd' ' "$VMT_DIR/downtimes.txt")"
+    else
+        fail "$p"
+    fi
+    grep -h "migration:" "$VMT_DIR"/[ab].daemon.log | sort | uniq -c | sed 's/^/     /' | head -n 12
+else
+    fail "guest never started its workload (console: $VMT_DIR/a.console)"
+fi
+cleanup
+
+# ---- 2. virtiofsd -> xvirtiofsd ----
+if [ -x "$VIRTIOFSD" ]; then
+    SHARE=$VMT_DIR/share-v
+    new_share "$SHARE"
+    DAEMON_BIN=$VIRTIOFSD start_daemon v "$SHARE" --migration-mode find-paths
+    start_vm v
+    if wait_file "$SHARE/started" 240; then
+        start_daemon x "$SHARE"
+        migrate v x
+        res=$RES
+        assert_eq completed "${res%% *}" "virtiofsd -> xvirtiofsd migration: $res"
+        sleep 3
+        touch "$SHARE/done"
+        wait "${QEMU_PID[x]}" 2>/dev/null || true
+        check_guest "$SHARE" "virtiofsd->xvirtiofsd"
+        assert_ok "xvirtiofsd read virtiofsd's stream" grep -q "state from virtiofsd" "$VMT_DIR/x.daemon.log"
+        if p=$(pauses "$SHARE" 1 "virtiofsd->xvirtiofsd"); then pass "$p"; else fail "$p"; fi
+    else
+        fail "virtiofsd guest never started its workload"
+    fi
+    cleanup
+else
+    fail "virtiofsd not installed at $VIRTIOFSD (make deps builds it)"
+fi
+
+# ---- 3. A file the destination cannot find ----
+fault_round() { # fault_round ON-ERROR
+    local on=$1 share=$VMT_DIR/share-$1 copy=$VMT_DIR/copy-$1
+    new_share "$share"
+    echo held >"$share/held"
+    # The guest also holds "held" open (fd 5), then waits for the verdict.
+    local script
+    # shellcheck disable=SC2016 # expanded by the guest's shell, not here
+    script='S=/mnt/shared; exec 5< $S/held; exec 3< $S/keep; touch $S/started
+while [ ! -e $S/done ]; do sleep 0.2; done
+echo "keep=$(cat <&3) held=$(cat <&5 2>/dev/null || echo EIO) new=$(echo n > $S/new && cat $S/new)" > $S/r.txt'
+    GUEST_SCRIPT=$script start_daemon s "$share"
+    GUEST_SCRIPT=$script start_vm s
+    if ! wait_file "$share/started" 240; then
+        fail "$on: guest never started"
+        return
+    fi
+    # The destination's share: a copy without "held", as if it had been
+    # deleted between the source's save and the destination's load.
+    rm -rf "$copy"
+    cp -a "$share" "$copy"
+    rm "$copy/held"
+    start_daemon d "$copy" --migration-on-error "$on"
+    local res
+    GUEST_SCRIPT=$script migrate s d
+    res=$RES
+    if [ "$on" = abort ]; then
+        assert_eq failed "${res%% *}" "abort: the migration is refused ($res)"
+        assert_ok "abort: the destination said why" grep -q "held\|not found\|cannot open" "$VMT_DIR/d.daemon.log"
+        touch "$share/done"
+        wait "${QEMU_PID[s]}" 2>/dev/null || true
+        assert_eq "keep=before held=held new=n" "$(cat "$share/r.txt" 2>/dev/null)" \
+            "abort: the guest carried on on the source, every file intact"
+    else
+        assert_eq completed "${res%% *}" "guest-error: the migration completes ($res)"
+        touch "$copy/done"
+        wait "${QEMU_PID[d]}" 2>/dev/null || true
+        assert_eq "keep=before held=EIO new=n" "$(cat "$copy/r.txt" 2>/dev/null)" \
+            "guest-error: EIO for the lost file only, the rest works"
+    fi
+    cleanup
+}
+fault_round abort
+fault_round guest-error
+
+vmt_summary
