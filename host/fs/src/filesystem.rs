@@ -191,6 +191,12 @@ pub trait FileSystem: Send + Sync {
         nosys()
     }
 
+    /// STATX: what `statx(2)` gives (birth time included); `flags` are the
+    /// guest's `AT_STATX_*` sync flags, `mask` the fields it asks for.
+    fn statx(&self, ctx: Context, node: u64, flags: u32, mask: u32) -> io::Result<libc::statx> {
+        nosys()
+    }
+
     /// SETATTR.
     fn setattr(&self, ctx: Context, node: u64, attr: &SetAttr) -> io::Result<Stat> {
         nosys()

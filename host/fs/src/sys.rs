@@ -66,6 +66,19 @@ pub fn fstatat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> io::Result<Stat>
     Ok(unsafe { st.assume_init() })
 }
 
+/// `statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | sync, mask)`: the
+/// file `fd` refers to (works on `O_PATH`, never follows a symlink).
+pub fn statx(fd: BorrowedFd<'_>, sync: i32, mask: u32) -> io::Result<libc::statx> {
+    let mut sx = MaybeUninit::<libc::statx>::zeroed();
+    let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
+    // SAFETY: `sx` points to writable memory of the right size; the path is
+    // a valid empty C string.
+    check(unsafe { libc::statx(fd.as_raw_fd(), c"".as_ptr(), flags, mask, sx.as_mut_ptr()) })?;
+    // SAFETY: statx succeeded and filled `sx` (zeroed before, and every bit
+    // pattern is a valid `statx`).
+    Ok(unsafe { sx.assume_init() })
+}
+
 /// `fstat` of whatever `fd` refers to, symlinks included (works on `O_PATH`).
 pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<Stat> {
     fstatat(fd, c"", libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)

@@ -70,7 +70,6 @@ fn unknown_and_unsupported_opcodes() {
         opcode::POLL,
         opcode::SETUPMAPPING,
         opcode::REMOVEMAPPING,
-        opcode::STATX,
         4096,
         u32::MAX,
     ] {

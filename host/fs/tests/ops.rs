@@ -1013,3 +1013,43 @@ fn concurrent_lookups_and_forgets_balance() {
     });
     assert_eq!(h.fs().inode_count(), 1, "every lookup was forgotten");
 }
+
+#[test]
+fn statx_gives_the_birth_time_and_the_same_attributes_as_getattr() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("f"), b"12345").unwrap();
+    let f = h.lookup_ok(abi::ROOT_ID, "f");
+    let sin = abi::StatxIn {
+        sx_mask: libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+        ..Default::default()
+    };
+    let out = h
+        .req(opcode::STATX, f.nodeid, &sin.to_bytes())
+        .parse::<abi::StatxOut>();
+    let sx = out.stat;
+    assert_eq!((sx.ino, sx.size), (f.attr.ino, 5));
+    assert_eq!(u32::from(sx.mode), f.attr.mode);
+    assert_eq!(sx.mtime.tv_sec as u64, f.attr.mtime);
+    // The host's own birth time, where its file system records one.
+    let host = std::fs::metadata(h.dir.join("f")).unwrap();
+    match host.created() {
+        Ok(born) => {
+            assert!(sx.mask & libc::STATX_BTIME != 0, "mask {:#x}", sx.mask);
+            let secs = born
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            assert_eq!(sx.btime.tv_sec as u64, secs);
+        }
+        Err(_) => assert_eq!(sx.mask & libc::STATX_BTIME, 0),
+    }
+    // A wrong size is refused, an unknown node is EBADF.
+    assert_eq!(
+        h.req(opcode::STATX, f.nodeid, &[0u8; 8]).err(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        h.req(opcode::STATX, 999, &sin.to_bytes()).err(),
+        libc::EBADF
+    );
+}

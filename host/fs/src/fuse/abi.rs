@@ -441,6 +441,61 @@ wire_struct! {
     pub struct SyncfsIn(8) { pub padding: u64, }
 }
 
+wire_struct! {
+    /// `struct fuse_statx_in`.
+    pub struct StatxIn(24) {
+        pub getattr_flags: u32,
+        pub reserved: u32,
+        pub fh: u64,
+        pub sx_flags: u32,
+        pub sx_mask: u32,
+    }
+}
+
+wire_struct! {
+    /// `struct fuse_sx_time`.
+    pub struct SxTime(16) { pub tv_sec: i64, pub tv_nsec: u32, pub reserved: i32, }
+}
+
+wire_struct! {
+    /// `struct fuse_statx`.
+    pub struct Statx(256) {
+        pub mask: u32,
+        pub blksize: u32,
+        pub attributes: u64,
+        pub nlink: u32,
+        pub uid: u32,
+        pub gid: u32,
+        pub mode: u16,
+        pub spare0: u16,
+        pub ino: u64,
+        pub size: u64,
+        pub blocks: u64,
+        pub attributes_mask: u64,
+        pub atime: SxTime,
+        pub btime: SxTime,
+        pub ctime: SxTime,
+        pub mtime: SxTime,
+        pub rdev_major: u32,
+        pub rdev_minor: u32,
+        pub dev_major: u32,
+        pub dev_minor: u32,
+        pub spare2: [u32; 28],
+    }
+}
+
+wire_struct! {
+    /// `struct fuse_statx_out`.
+    pub struct StatxOut(288) {
+        pub attr_valid: u64,
+        pub attr_valid_nsec: u32,
+        pub flags: u32,
+        pub spare0: u64,
+        pub spare1: u64,
+        pub stat: Statx,
+    }
+}
+
 /// Size of `fuse_setxattr_in` when FUSE_SETXATTR_EXT is not negotiated.
 pub const COMPAT_SETXATTR_IN_SIZE: usize = 8;
 /// Size of the `fuse_init_in` sent by kernels older than 7.36.

@@ -52,6 +52,16 @@ pub(crate) fn getattr<F: FileSystem>(
     reply_ok(w, q.h.unique, &[&q.attr_out(&st).to_bytes()])
 }
 
+pub(crate) fn statx<F: FileSystem>(
+    q: &Req<'_, F>,
+    mut b: Body<'_>,
+    w: &mut dyn ReplyWriter,
+) -> OpResult {
+    let a: StatxIn = b.only()?;
+    let sx = q.fs.statx(q.ctx(), q.h.nodeid, a.sx_flags, a.sx_mask)?;
+    reply_ok(w, q.h.unique, &[&q.statx_out(&sx).to_bytes()])
+}
+
 pub(crate) fn setattr<F: FileSystem>(
     q: &Req<'_, F>,
     mut b: Body<'_>,

@@ -194,6 +194,7 @@ impl<F: FileSystem> Server<F> {
             opcode::BATCH_FORGET => ops::batch_forget(q, b),
             opcode::INTERRUPT => ops::interrupt(b),
             opcode::GETATTR => ops::getattr(q, b, w),
+            opcode::STATX => ops::statx(q, b, w),
             opcode::SETATTR => ops::setattr(q, b, w),
             opcode::READLINK => ops::readlink(q, b, w),
             opcode::SYMLINK => ops::symlink(q, b, w),
@@ -310,6 +311,7 @@ fn min_reply(op: u32) -> Option<usize> {
         opcode::CREATE | opcode::TMPFILE => Some(EntryOut::SIZE + OpenOut::SIZE),
         opcode::OPEN | opcode::OPENDIR => Some(OpenOut::SIZE),
         opcode::GETATTR | opcode::SETATTR => Some(AttrOut::SIZE),
+        opcode::STATX => Some(abi::StatxOut::SIZE),
         opcode::INIT => Some(InitOut::SIZE),
         // No reply at all: these arrive without a writable descriptor (the
         // guest's hiprio queue) and must still take effect.

@@ -107,6 +107,46 @@ impl<F: FileSystem> Req<'_, F> {
         }
     }
 
+    /// The STATX reply for `sx`, valid as long as attributes are.
+    pub fn statx_out(&self, sx: &libc::statx) -> abi::StatxOut {
+        let t = self.caps.timeout;
+        let time = |t: libc::statx_timestamp| abi::SxTime {
+            tv_sec: t.tv_sec,
+            tv_nsec: t.tv_nsec,
+            reserved: 0,
+        };
+        abi::StatxOut {
+            attr_valid: t.as_secs(),
+            attr_valid_nsec: t.subsec_nanos(),
+            flags: 0,
+            spare0: 0,
+            spare1: 0,
+            stat: abi::Statx {
+                mask: sx.stx_mask,
+                blksize: sx.stx_blksize,
+                attributes: sx.stx_attributes,
+                nlink: sx.stx_nlink,
+                uid: sx.stx_uid,
+                gid: sx.stx_gid,
+                mode: sx.stx_mode,
+                spare0: 0,
+                ino: sx.stx_ino,
+                size: sx.stx_size,
+                blocks: sx.stx_blocks,
+                attributes_mask: sx.stx_attributes_mask,
+                atime: time(sx.stx_atime),
+                btime: time(sx.stx_btime),
+                ctime: time(sx.stx_ctime),
+                mtime: time(sx.stx_mtime),
+                rdev_major: sx.stx_rdev_major,
+                rdev_minor: sx.stx_rdev_minor,
+                dev_major: sx.stx_dev_major,
+                dev_minor: sx.stx_dev_minor,
+                spare2: [0; 28],
+            },
+        }
+    }
+
     /// Replies with an entry; forgets it if the reply cannot be sent.
     pub fn reply_entry(&self, w: &mut dyn ReplyWriter, e: &Entry) -> OpResult {
         let res = reply_ok(w, self.h.unique, &[&self.entry_out(e).to_bytes()]);

@@ -46,6 +46,10 @@ impl FileSystem for PassthroughFs {
         PassthroughFs::getattr(self, node)
     }
 
+    fn statx(&self, _: Ctx, node: u64, flags: u32, mask: u32) -> io::Result<libc::statx> {
+        PassthroughFs::statx(self, node, flags, mask)
+    }
+
     fn setattr(&self, _: Ctx, node: u64, attr: &SetAttr) -> io::Result<Stat> {
         PassthroughFs::setattr(self, node, attr)
     }

@@ -463,6 +463,11 @@ impl PassthroughFs {
         sys::stat_fd(self.inode(id)?.fd())
     }
 
+    pub(crate) fn statx(&self, id: u64, flags: u32, mask: u32) -> io::Result<libc::statx> {
+        let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
+        sys::statx(self.inode(id)?.fd(), sync, mask)
+    }
+
     pub(crate) fn setattr(&self, id: u64, a: &SetAttr) -> io::Result<Stat> {
         self.writable()?;
         let inode = self.inode(id)?;
