@@ -19,6 +19,10 @@
 #    guest holds open. With --migration-on-error=abort the migration fails
 #    and the guest carries on on the source; with guest-error it completes and
 #    the guest gets EIO for that file only.
+# 4. A source that writes a stream version the destination does not read
+#    (a build with the fault-injection feature, XVFS_MIGRATION_FAULT=
+#    newer-format): the destination refuses it with one clear error, the
+#    migration fails and the guest carries on on the source.
 set -euo pipefail
 
 # shellcheck source=tests/vm/lib.sh
@@ -322,5 +326,38 @@ echo "keep=$(cat <&3) held=$(cat <&5 2>/dev/null || echo EIO) new=$(echo n > $S/
 }
 fault_round abort
 fault_round guest-error
+
+# ---- 4. A stream of a version the destination does not read ----
+# A build with the test hooks (as test_upgrade.sh makes it); the plain build
+# is rebuilt last so that host/target/release holds it.
+BIN_DIR=$VMT_DIR/bin
+mkdir -p "$BIN_DIR"
+RELEASE=${CARGO_TARGET_DIR:-$XVFS_ROOT/host/target}/release
+(cd "$XVFS_ROOT/host" && cargo build -q --release -p xvirtiofsd --features fault-injection)
+cp "$RELEASE/xvirtiofsd" "$BIN_DIR/xvirtiofsd-faults"
+(cd "$XVFS_ROOT/host" && cargo build -q --release -p xvirtiofsd)
+SHARE=$VMT_DIR/share-newer
+new_share "$SHARE"
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+NEWER_SCRIPT='S=/mnt/shared; exec 3< $S/keep; touch $S/started
+while [ ! -e $S/done ]; do sleep 0.2; done
+echo "keep=$(cat <&3) new=$(echo n > $S/new && cat $S/new)" > $S/r.txt'
+XVFS_MIGRATION_FAULT=newer-format DAEMON_BIN=$BIN_DIR/xvirtiofsd-faults \
+    GUEST_SCRIPT=$NEWER_SCRIPT start_daemon n "$SHARE"
+GUEST_SCRIPT=$NEWER_SCRIPT start_vm n
+if wait_file "$SHARE/started" 240; then
+    start_daemon o "$SHARE"
+    GUEST_SCRIPT=$NEWER_SCRIPT migrate n o
+    assert_eq failed "${RES%% *}" "newer stream version: the migration is refused ($RES)"
+    assert_ok "newer stream version: the destination says which version it reads" \
+        grep -q "migration stream version 2 is not supported (this build reads version 1)" "$VMT_DIR/o.daemon.log"
+    touch "$SHARE/done"
+    wait "${QEMU_PID[n]}" 2>/dev/null || true
+    assert_eq "keep=before new=n" "$(cat "$SHARE/r.txt" 2>/dev/null)" \
+        "newer stream version: the guest carried on on the source"
+else
+    fail "newer stream version: guest never started"
+fi
+cleanup
 
 vmt_summary

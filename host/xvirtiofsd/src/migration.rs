@@ -74,7 +74,25 @@ pub fn save(server: &Server, cfg: &MigrationConfig) -> Result<Vec<u8>, Migration
         session: server.session(),
         fs,
     };
-    Ok(stream.encode()?)
+    Ok(fault(stream.encode()?))
+}
+
+/// Test hook: with the `fault-injection` feature and
+/// `XVFS_MIGRATION_FAULT=newer-format`, the source claims a stream version
+/// the destination does not read (as a newer source would), which the
+/// destination must refuse. Any other build writes the stream unchanged.
+#[cfg(feature = "fault-injection")]
+fn fault(mut blob: Vec<u8>) -> Vec<u8> {
+    if std::env::var("XVFS_MIGRATION_FAULT").as_deref() == Ok("newer-format") && blob.len() >= 12 {
+        let newer = migration::MIGRATION_VERSION + 1;
+        blob[8..12].copy_from_slice(&newer.to_le_bytes());
+    }
+    blob
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn fault(blob: Vec<u8>) -> Vec<u8> {
+    blob
 }
 
 /// Applies a received state (ours or virtiofsd's) to a server that has not
