@@ -49,6 +49,8 @@ pub struct ConfigState {
     pub migration_on_error: MigrationOnError,
     pub migration_verify_handles: bool,
     pub migration_confirm_paths: bool,
+    /// `--xattrmap`, as given.
+    pub xattrmap: Option<String>,
 }
 
 /// One guest memory region.
@@ -250,6 +252,7 @@ mod tests {
                 migration_on_error: MigrationOnError::Abort,
                 migration_verify_handles: false,
                 migration_confirm_paths: false,
+                xattrmap: None,
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

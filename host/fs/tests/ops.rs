@@ -1053,3 +1053,86 @@ fn statx_gives_the_birth_time_and_the_same_attributes_as_getattr() {
         libc::EBADF
     );
 }
+
+/// A host attribute of `path`, read directly (not through the map).
+fn host_xattr(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
+    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: both strings are valid C strings; `buf` is writable for its length.
+    let r = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (r >= 0).then(|| buf[..r as usize].to_vec())
+}
+
+#[test]
+fn xattrmap_renames_guards_and_hides() {
+    let map = xvfs_fs::passthrough::XattrMap::parse(":map:user.:user.virtiofs.:").unwrap();
+    let h = Harness::with(|c| {
+        c.xattr = true;
+        c.xattrmap = Some(map);
+    });
+    std::fs::write(h.dir.join("f"), b"").unwrap();
+    let e = h.lookup_ok(ROOT, "f");
+    let set = |name: &str, value: &[u8]| {
+        let s = abi::SetxattrIn {
+            size: value.len() as u32,
+            ..Default::default()
+        };
+        h.req(
+            opcode::SETXATTR,
+            e.nodeid,
+            &cat(&[&s.to_bytes(), &cname(name), value]),
+        )
+    };
+    let r = set("user.a", b"v");
+    if r.error == -libc::EOPNOTSUPP {
+        eprintln!("temp dir has no user xattrs; skipping");
+        return;
+    }
+    r.ok();
+    // Stored on the host under the prefix, and read back under the guest's name.
+    assert_eq!(
+        host_xattr(&h.dir.join("f"), "user.virtiofs.user.a"),
+        Some(b"v".to_vec())
+    );
+    assert_eq!(host_xattr(&h.dir.join("f"), "user.a"), None);
+    let g = |size| abi::GetxattrIn { size, padding: 0 }.to_bytes();
+    let v = h.req(
+        opcode::GETXATTR,
+        e.nodeid,
+        &cat(&[&g(64), &cname("user.a")]),
+    );
+    assert_eq!(v.ok(), b"v");
+    // The guest cannot reach the host's prefixed names directly: its own
+    // `user.virtiofs.x` is itself prefixed.
+    set("user.virtiofs.x", b"w").ok();
+    assert_eq!(host_xattr(&h.dir.join("f"), "user.virtiofs.x"), None);
+    assert_eq!(
+        host_xattr(&h.dir.join("f"), "user.virtiofs.user.virtiofs.x"),
+        Some(b"w".to_vec())
+    );
+    h.req(opcode::REMOVEXATTR, e.nodeid, &cname("user.virtiofs.x")).ok();
+    // A host attribute outside the mapping is hidden from the guest's list.
+    let p = std::ffi::CString::new(h.dir.join("f").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid C strings and a value buffer of the length given.
+    let rc = unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            c"user.plain".as_ptr(),
+            b"h".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    let l = h.req(opcode::LISTXATTR, e.nodeid, &g(1024));
+    assert_eq!(l.ok(), b"user.a\0");
+    let sz: abi::GetxattrOut = h.req(opcode::LISTXATTR, e.nodeid, &g(0)).parse();
+    assert_eq!(sz.size, 7);
+    assert_eq!(
+        h.req(opcode::LISTXATTR, e.nodeid, &g(3)).err(),
+        libc::ERANGE
+    );
+    h.req(opcode::REMOVEXATTR, e.nodeid, &cname("user.a")).ok();
+    assert_eq!(host_xattr(&h.dir.join("f"), "user.virtiofs.user.a"), None);
+}

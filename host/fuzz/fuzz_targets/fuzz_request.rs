@@ -47,6 +47,7 @@ fn server() -> &'static PassthroughServer {
             preserve_noatime: false,
             readdirplus: true,
             max_open: 0,
+            xattrmap: None,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

@@ -288,9 +288,15 @@ pub struct Opt {
     #[arg(long, value_name = "CAPS")]
     pub modcaps: Option<String>,
 
-    /// Not supported (extended attribute name mapping): refused rather than
-    /// serving names unmapped.
-    #[arg(long, value_name = "MAP", hide = true)]
+    /// Translate extended attribute names between guest and host, with
+    /// virtiofsd's rules `<s>type<s>scope<s>key<s>prepend<s>` (type prefix,
+    /// ok, bad or unsupported; scope client, server or all) or the short
+    /// form `<s>map<s>key<s>prepend<s>`, e.g. `:map::user.virtiofs.:` (every
+    /// guest attribute stored under user.virtiofs.). A guest name no rule
+    /// matches is refused with EPERM; a host name no rule matches is hidden.
+    /// A map that renames security.capability is refused (the host kernel
+    /// would no longer clear it). Needs --xattr.
+    #[arg(long, value_name = "MAP")]
     pub xattrmap: Option<String>,
 
     /// Not supported (UID translation): refused.
@@ -375,6 +381,8 @@ pub enum CliError {
     Unsupported { option: String, why: &'static str },
     #[error("{0}")]
     ModCaps(String),
+    #[error("{0}")]
+    XattrMap(String),
 }
 
 const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
@@ -382,7 +390,6 @@ const NO_KILLPRIV: &str = "FUSE_HANDLE_KILLPRIV_V2 is not negotiated";
 const NO_ACL: &str = "POSIX ACLs are not served";
 const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
 const NO_SUBMOUNTS: &str = "FUSE_ATTR_SUBMOUNT is not sent";
-const NO_XATTRMAP: &str = "xattr name mapping is not implemented";
 
 fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
     CliError::Unsupported {
@@ -450,7 +457,7 @@ impl Opt {
                 ("announce_submounts", None) => {
                     return Err(unsupported("-o announce_submounts", NO_SUBMOUNTS))
                 }
-                ("xattrmap", Some(_)) => return Err(unsupported("-o xattrmap", NO_XATTRMAP)),
+                ("xattrmap", Some(v)) => self.xattrmap = Some(v.to_string()),
                 ("modcaps", Some(v)) => self.modcaps = Some(v.to_string()),
                 _ => return Err(CliError::BadCompat(item.clone())),
             }
@@ -470,6 +477,16 @@ impl Opt {
             }
         }
         self.refuse_unsupported()?;
+        if let Some(m) = &self.xattrmap {
+            xvfs_fs::passthrough::XattrMap::parse(m)
+                .map_err(|e| CliError::XattrMap(e.to_string()))?;
+            if !self.xattr {
+                return Err(CliError::XattrMap(
+                    "--xattrmap needs --xattr (extended attributes are not served without it)"
+                        .into(),
+                ));
+            }
+        }
         if let Some(m) = &self.modcaps {
             crate::caps::mask(Some(m)).map_err(|e| CliError::ModCaps(e.to_string()))?;
         }
@@ -496,7 +513,7 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 9] = [
+        let refused: [(bool, &str, &'static str); 8] = [
             (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
@@ -511,7 +528,6 @@ impl Opt {
                 "--security-label",
                 NO_LABEL,
             ),
-            (self.xattrmap.is_some(), "--xattrmap", NO_XATTRMAP),
             (
                 self.translate_uid.is_some() || self.translate_gid.is_some(),
                 "--translate-uid/--translate-gid",
@@ -628,7 +644,6 @@ mod tests {
             &["--killpriv-v2"],
             &["--allow-mmap"],
             &["--security-label"],
-            &["--xattrmap=:ok:all::"],
             &["--translate-uid=guest:0:100000:65536"],
             &[
                 "--migration-mode=file-handles",
@@ -640,7 +655,6 @@ mod tests {
             &["-o", "killpriv_v2"],
             &["-o", "posix_acl"],
             &["-o", "announce_submounts"],
-            &["-o", "xattrmap=:ok:all::"],
         ] {
             let args: Vec<&str> = base.iter().chain(extra).copied().collect();
             let err = parse(&args).unwrap_err();
@@ -661,10 +675,31 @@ mod tests {
                 "--migration-on-error=guest-error",
             ],
             &["--migration-on-error=abort", "--migration-confirm-paths"],
+            &["--xattr", "--xattrmap=:map::user.virtiofs.:"],
+            &["-o", "xattr,xattrmap=/ok/all///"],
         ] {
             let args: Vec<&str> = base.iter().chain(extra).copied().collect();
             parse(&args).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
         }
+    }
+
+    #[test]
+    fn xattrmap_is_parsed_at_start_up() {
+        let base = ["--fd=3", "--shared-dir", "/srv", "--xattr"];
+        let run = |m: &str| {
+            let args: Vec<String> = base
+                .iter()
+                .map(|s| s.to_string())
+                .chain([format!("--xattrmap={m}")])
+                .collect();
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            parse(&refs)
+        };
+        assert!(run(":prefix:all::user.virtiofs.::bad:all:::").is_ok());
+        assert!(run(":ok:all::").unwrap_err().contains("fewer fields"));
+        assert!(run(":good:all:::").unwrap_err().contains("unknown type"));
+        let e = parse(&["--fd=3", "--shared-dir", "/srv", "--xattrmap=:ok:all:::"]).unwrap_err();
+        assert!(e.contains("needs --xattr"), "{e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use log::{info, warn};
 use virtio_fs_ext::state::{ConfigState, DaemonState};
+use xvfs_fs::passthrough::{XattrMap, XattrMapError};
 use xvfs_fs::{Config, PassthroughFs};
 
 use crate::cli::{self, Opt, PollMode, SandboxMode};
@@ -27,6 +28,13 @@ use crate::{error_chain, logger, sandbox, sys, FsServer};
 /// Set-up failed: nothing was served.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    #[error("invalid --xattrmap")]
+    XattrMap(#[from] XattrMapError),
+    #[error(
+        "--xattrmap renames security.capability, which the host kernel would then not clear \
+         on write or chown; map it to itself (an `ok` rule) or hide it (`bad`)"
+    )]
+    CapabilityRemapped,
     #[error("shared directory {0}")]
     SharedDir(PathBuf, #[source] std::io::Error),
     #[error("cannot open the shared directory")]
@@ -142,7 +150,7 @@ impl Daemon {
         let listener = listen(opt)?;
         let (control, control_path) = bind_control(opt);
         let notifier = Notifier::from_env();
-        let fs = PassthroughFs::new(fs_config(&cfg, max_open)).map_err(SetupError::Fs)?;
+        let fs = PassthroughFs::new(fs_config(&cfg, max_open)?).map_err(SetupError::Fs)?;
         let server = Arc::new(FsServer::new(fs));
         let metrics = open_metrics(&cfg)?;
         confine(&cfg, caps_mask(opt)?)?;
@@ -477,6 +485,7 @@ fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         migration_on_error: opt.migration_on_error,
         migration_verify_handles: opt.migration_verify_handles,
         migration_confirm_paths: opt.migration_confirm_paths,
+        xattrmap: opt.xattrmap.clone(),
     }
 }
 
@@ -499,8 +508,12 @@ fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, SetupError> {
     }
 }
 
-fn fs_config(c: &ConfigState, max_open: usize) -> Config {
-    Config {
+fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, SetupError> {
+    let xattrmap = c.xattrmap.as_deref().map(XattrMap::parse).transpose()?;
+    if xattrmap.as_ref().is_some_and(XattrMap::remaps_capability) {
+        return Err(SetupError::CapabilityRemapped);
+    }
+    Ok(Config {
         root_dir: PathBuf::from(&c.shared_dir),
         cache: c.cache.into(),
         xattr: c.xattr,
@@ -510,7 +523,8 @@ fn fs_config(c: &ConfigState, max_open: usize) -> Config {
         readdirplus: c.readdirplus,
         preserve_noatime: c.preserve_noatime,
         max_open,
-    }
+        xattrmap,
+    })
 }
 
 /// The device settings: queues, busy-wait (documented in --help), pinning.
@@ -591,7 +605,7 @@ fn restore(
     }
     let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
     let max_open = max_open(own.max_open, limit)?;
-    let fs = PassthroughFs::restore(fs_config(&st.config, max_open), &st.fs, inc.take_fs_fds())
+    let fs = PassthroughFs::restore(fs_config(&st.config, max_open)?, &st.fs, inc.take_fs_fds())
         .map_err(SetupError::Fs)?;
     let server = Arc::new(FsServer::new(fs));
     if let Some(s) = st.session {

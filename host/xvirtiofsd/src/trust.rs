@@ -49,6 +49,11 @@ pub fn check_settings(
     );
     cmp("xattr", own.xattr.to_string(), received.xattr.to_string());
     cmp(
+        "the xattr map",
+        format!("{:?}", own.xattrmap),
+        format!("{:?}", received.xattrmap),
+    );
+    cmp(
         "the metrics file",
         format!("{:?}", own.metrics_file),
         format!("{:?}", received.metrics_file),
@@ -74,6 +79,7 @@ pub fn check_settings(
         seccomp: own.seccomp,
         readonly: own.readonly,
         xattr: own.xattr,
+        xattrmap: own.xattrmap.clone(),
         metrics_file: own.metrics_file.clone(),
         socket_path: own.socket_path.clone(),
         ..received.clone()
@@ -110,6 +116,7 @@ mod tests {
             migration_on_error: Default::default(),
             migration_verify_handles: false,
             migration_confirm_paths: false,
+            xattrmap: None,
         }
     }
 

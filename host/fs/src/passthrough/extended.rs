@@ -1,6 +1,7 @@
 //! The extended operations of [`PassthroughFs`]: extended attributes, range
 //! operations on open files (fallocate, lseek, copy_file_range) and syncfs.
 
+use std::borrow::Cow;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -27,7 +28,16 @@ impl PassthroughFs {
         self.reopen(&inode, flags)
     }
 
+    /// The host's name for a guest's attribute name (`--xattrmap`).
+    fn host_xattr<'a>(&self, name: &'a CStr) -> io::Result<Cow<'a, CStr>> {
+        match &self.cfg.xattrmap {
+            None => Ok(Cow::Borrowed(name)),
+            Some(m) => m.to_host(name).map(Cow::Owned).map_err(err),
+        }
+    }
+
     pub(crate) fn getxattr(&self, id: u64, name: &CStr, size: u32) -> io::Result<XattrReply> {
+        let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
         if size == 0 {
             let n = sys::fgetxattr(fd.as_fd(), name, &mut [])?;
@@ -52,6 +62,18 @@ impl PassthroughFs {
             }
             Err(e) => return Err(e),
         };
+        if let Some(m) = &self.cfg.xattrmap {
+            // The guest's list is the host's renamed and filtered: read it
+            // whole, then answer as the kernel would for that list.
+            let mut buf = vec![0u8; XATTR_MAX];
+            let n = sys::flistxattr(fd.as_fd(), &mut buf)?;
+            let list = m.list_to_guest(&buf[..n]);
+            return match size {
+                0 => Ok(XattrReply::Size(list.len() as u32)),
+                s if (s as usize) < list.len() => Err(err(libc::ERANGE)),
+                _ => Ok(XattrReply::Value(list)),
+            };
+        }
         if size == 0 {
             let n = sys::flistxattr(fd.as_fd(), &mut [])?;
             return Ok(XattrReply::Size(n as u32));
@@ -74,12 +96,14 @@ impl PassthroughFs {
         if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
             return Err(err(libc::EINVAL));
         }
+        let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
         sys::fsetxattr(fd.as_fd(), name, value, flags)
     }
 
     pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
+        let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
         sys::fremovexattr(fd.as_fd(), name)
     }

@@ -36,6 +36,7 @@ mod migrate;
 pub mod state;
 mod table;
 mod upgrade;
+mod xattrmap;
 
 use std::ffi::CStr;
 use std::io;
@@ -48,6 +49,7 @@ use std::time::Duration;
 use self::creds::CredGuard;
 pub use self::migrate::{LoadReport, SaveOptions};
 use self::table::{lock, Handle, HandleTable, Inode, InodeTable};
+pub use self::xattrmap::{XattrMap, XattrMapError};
 use crate::abi::{flags as fflags, fopen, init_flags};
 use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
@@ -101,6 +103,8 @@ pub struct Config {
     /// The most inodes plus open handles held at once (each holds a host
     /// descriptor); past it LOOKUP, CREATE, OPEN, ... get EMFILE. 0: no cap.
     pub max_open: usize,
+    /// `--xattrmap`: how attribute names are translated (None: unchanged).
+    pub xattrmap: Option<XattrMap>,
 }
 
 impl Default for Config {
@@ -115,6 +119,7 @@ impl Default for Config {
             readdirplus: true,
             preserve_noatime: false,
             max_open: 0,
+            xattrmap: None,
         }
     }
 }

@@ -105,6 +105,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         preserve_noatime: false,
         readdirplus: true,
         max_open: 0,
+        xattrmap: None,
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -492,6 +493,7 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         migration_on_error: Default::default(),
         migration_verify_handles: false,
         migration_confirm_paths: false,
+        xattrmap: None,
     }
 }
 
