@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, in order: cargo fmt --check, cargo clippy (-D
-# warnings), cargo test (all in host/), a short cargo-fuzz run of the FUSE
-# request parser (XVFS_FUZZ_SECONDS, default 30), shellcheck on every shell
+# warnings), cargo test (all in host/), a short cargo-fuzz run of each fuzz
+# target, FUSE requests and virtqueues (XVFS_FUZZ_SECONDS each, default 30), shellcheck on every shell
 # script, then every VM test (tests/vm/test_*.sh). Each step runs even when an earlier one
 # failed. Counts: one per fmt/clippy/shellcheck step, the passed/failed tests
 # of cargo test, and the assertions of each VM test. Ends with the line
@@ -107,6 +107,8 @@ main() {
     step_simple cargo-fmt bash -c 'cd host && cargo fmt --all --check -- --color never'
     step_simple cargo-clippy bash -c 'cd host && cargo clippy --workspace --all-targets -- -D warnings'
     step_cargo_test
+    # Each target (FUSE requests, virtqueues) for XVFS_FUZZ_SECONDS; `make
+    # fuzz` runs them longer.
     step_simple cargo-fuzz host/fuzz/run.sh "${XVFS_FUZZ_SECONDS:-30}"
     step_shellcheck
     if [ "${XVFS_SKIP_VM:-0}" = 1 ]; then

@@ -1111,7 +1111,8 @@ fn xattrmap_renames_guards_and_hides() {
         host_xattr(&h.dir.join("f"), "user.virtiofs.user.virtiofs.x"),
         Some(b"w".to_vec())
     );
-    h.req(opcode::REMOVEXATTR, e.nodeid, &cname("user.virtiofs.x")).ok();
+    h.req(opcode::REMOVEXATTR, e.nodeid, &cname("user.virtiofs.x"))
+        .ok();
     // A host attribute outside the mapping is hidden from the guest's list.
     let p = std::ffi::CString::new(h.dir.join("f").as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: valid C strings and a value buffer of the length given.

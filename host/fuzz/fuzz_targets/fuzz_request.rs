@@ -3,7 +3,9 @@
 //! Checks that it never panics and that every reply's out header `len` equals
 //! the bytes written.
 //!
-//! Input layout: byte 0 selects the mode. Bit 1 set: memfs, else passthrough.
+//! Input layout: byte 0 selects the mode. Bit 1 set: memfs; else bit 2 set:
+//! a writable passthrough share (when `XVFS_FUZZ_RW_DIR` names one, e.g. the
+//! small tmpfs `run.sh` mounts; with an xattr map), else the read-only one.
 //! Even: the rest is sent raw (header included, so lengths may lie). Odd:
 //! byte 1 is the opcode, byte 2 the node id, byte 3 the reply room (0 = 1 MiB
 //! + 4 KiB, else n * 8 bytes), and the rest is the body behind a header whose
@@ -16,8 +18,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use xvfs_fs::abi::{self, opcode, Wire};
-use xvfs_fs::io::{SliceReader, VecWriter};
 use xvfs_fs::filesystem::FileSystem;
+use xvfs_fs::io::{SliceReader, VecWriter};
 use xvfs_fs::memfs::MemFs;
 use xvfs_fs::{CachePolicy, Config, PassthroughFs, PassthroughServer, Server};
 
@@ -51,6 +53,29 @@ fn server() -> &'static PassthroughServer {
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })
+}
+
+/// The writable share, if the environment gives one.
+fn rw_server() -> Option<&'static PassthroughServer> {
+    static SERVER: OnceLock<Option<PassthroughServer>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            let dir = PathBuf::from(std::env::var_os("XVFS_FUZZ_RW_DIR")?);
+            std::fs::create_dir_all(dir.join("dir/sub")).ok()?;
+            std::fs::write(dir.join("file"), b"0123456789abcdef".repeat(300)).ok()?;
+            let cfg = Config {
+                root_dir: dir,
+                xattr: true,
+                // Bounded: the fuzzer looks up far more than it forgets.
+                max_open: 4096,
+                xattrmap: xvfs_fs::passthrough::XattrMap::parse(":map::user.virtiofs.:").ok(),
+                ..Config::default()
+            };
+            Some(Server::new(
+                PassthroughFs::new(cfg).expect("passthrough fs"),
+            ))
+        })
+        .as_ref()
 }
 
 fn mem_server() -> &'static Server<MemFs> {
@@ -98,6 +123,8 @@ fuzz_target!(|data: &[u8]| {
     };
     if mode & 2 != 0 {
         one(mem_server(), mode, rest);
+    } else if let Some(rw) = rw_server().filter(|_| mode & 4 != 0) {
+        one(rw, mode, rest);
     } else {
         one(server(), mode, rest);
     }
@@ -125,6 +152,10 @@ fn one<F: FileSystem>(srv: &Server<F>, mode: u8, rest: &[u8]) {
         total_extlen: 0,
         padding: 0,
     };
-    let room = if *room == 0 { ROOM } else { usize::from(*room) * 8 };
+    let room = if *room == 0 {
+        ROOM
+    } else {
+        usize::from(*room) * 8
+    };
     run(srv, &[&h.to_bytes()[..], body].concat(), room);
 }

@@ -333,6 +333,38 @@ impl Worker {
     }
 }
 
+/// Serves whatever the ring described by `cfg` holds, once, on the calling
+/// thread, and returns how many chains were served: the worker's batch
+/// without its thread, eventfds or waiting (the vring fuzzer, tests). A
+/// ring the guest corrupted ends it with the fault, as in a worker.
+pub fn serve_once(
+    cfg: &RingConfig,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    server: Arc<Server>,
+) -> Result<u64, String> {
+    let queue = build_queue(cfg, &mem).map_err(|e| e.to_string())?;
+    let eventfd = || sys::eventfd().map_err(|e| e.to_string());
+    let mut ctx = WorkerCtx {
+        index: cfg.index,
+        queue,
+        kick: Arc::new(File::from(eventfd()?)),
+        call: CallFd::default(),
+        supervisor: Arc::new(eventfd()?),
+        mem,
+        server,
+        stats: Arc::new(QueueStats::default()),
+        stop: Arc::new(AtomicBool::new(false)),
+        faulted: Arc::new(AtomicBool::new(false)),
+        stop_fd: Arc::new(eventfd()?),
+        bad_chain_log: RateLimiter::new(),
+        policy: PollPolicy::new(PollConfig::NEVER),
+        cpu: None,
+        log: None,
+    };
+    let guard = ctx.mem.memory();
+    ctx.serve_batch(&guard).map_err(|e| e.to_string())
+}
+
 fn build_queue(
     cfg: &RingConfig,
     mem: &GuestMemoryAtomic<GuestMemoryMmap>,
