@@ -9,6 +9,13 @@ use std::path::Path;
 
 use log::{info, warn};
 
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BackendError, BpfProgram, SeccompAction as Act, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
+    SeccompCondition, SeccompFilter, SeccompRule, TargetArch,
+};
+
 use crate::cli::{SandboxMode, SeccompAction};
 use crate::sys;
 
@@ -20,6 +27,8 @@ pub enum SandboxError {
     Chroot(String, #[source] std::io::Error),
     #[error("cannot install the seccomp filter")]
     Seccomp(#[source] std::io::Error),
+    #[error("cannot build the seccomp filter")]
+    SeccompBuild,
 }
 
 /// Enters the sandbox chosen with `--sandbox`.
@@ -43,13 +52,6 @@ pub fn enter(mode: SandboxMode, root: &Path) -> Result<(), SandboxError> {
     }
     Ok(())
 }
-
-const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-const SECCOMP_RET_TRAP: u32 = 0x0003_0000;
-const SECCOMP_RET_LOG: u32 = 0x7ffc_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 
 /// The ioctl requests allowed (any other fails with ENOTTY): non-blocking
 /// and close-on-exec switches, the terminal check.
@@ -194,69 +196,9 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_open,
 ];
 
-/// Builds the BPF program: check the architecture, allow the listed calls, apply
-/// `action` to everything else.
-#[cfg(test)]
-fn filter(action: u32) -> Vec<libc::sock_filter> {
-    filter_with(action, &[])
-}
-
-/// [`filter`], allowing `extra` calls too.
-fn filter_with(action: u32, extra: &[libc::c_long]) -> Vec<libc::sock_filter> {
-    let stmt = |code: u32, k: u32| libc::sock_filter {
-        code: code as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
-        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-        jt,
-        jf,
-        k,
-    };
-    let ld_abs = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
-    let ret = libc::BPF_RET | libc::BPF_K;
-    let mut prog = vec![
-        stmt(ld_abs, 4), // seccomp_data.arch
-        jeq(AUDIT_ARCH_X86_64, 1, 0),
-        stmt(ret, SECCOMP_RET_KILL_PROCESS),
-        stmt(ld_abs, 0), // seccomp_data.nr
-    ];
-    prog.extend(restricted());
-    for &nr in ALLOWED.iter().chain(extra) {
-        prog.push(jeq(nr as u32, 0, 1));
-        prog.push(stmt(ret, SECCOMP_RET_ALLOW));
-    }
-    prog.push(stmt(ret, action));
-    prog
-}
-
-/// The BPF program `--seccomp action` installs (`None` for `none`).
-pub fn program(action: SeccompAction) -> Option<Vec<libc::sock_filter>> {
-    program_with(action, false)
-}
-
-/// [`program`]; with `file_handles`, `open_by_handle_at` is allowed too (a
-/// VM live migration by file handle; it needs CAP_DAC_READ_SEARCH, which is
-/// only kept with `--modcaps=+dac_read_search`).
-pub fn program_with(action: SeccompAction, file_handles: bool) -> Option<Vec<libc::sock_filter>> {
-    let ret = match action {
-        SeccompAction::None => return None,
-        SeccompAction::Kill => SECCOMP_RET_KILL_PROCESS,
-        SeccompAction::Log => SECCOMP_RET_LOG,
-        SeccompAction::Trap => SECCOMP_RET_TRAP,
-    };
-    let extra: &[libc::c_long] = if file_handles {
-        &[libc::SYS_open_by_handle_at]
-    } else {
-        &[]
-    };
-    Some(filter_with(ret, extra))
-}
-
-/// The calls allowed only with some arguments; the others fail with an
-/// errno rather than kill (a library probing is not an attack):
+/// The calls allowed only with some arguments. A call outside them fails
+/// with an errno rather than the filter's action (a library probing is not
+/// an attack):
 /// - `ioctl` with a request of [`IOCTLS`], else ENOTTY;
 /// - `socket` of the Unix domain only (the service manager's datagram
 ///   socket), else EAFNOSUPPORT;
@@ -264,61 +206,118 @@ pub fn program_with(action: SeccompAction, file_handles: bool) -> Option<Vec<lib
 /// - `clone3` fails with ENOSYS: its flags sit behind a pointer the filter
 ///   cannot read, and the C library then falls back to `clone`.
 ///
-/// Each block starts with A holding the call number and either returns or
-/// jumps past itself with A unchanged.
-fn restricted() -> Vec<libc::sock_filter> {
-    let ins = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
-    };
-    let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
-    let jset = libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K;
-    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
-    let ret = libc::BPF_RET | libc::BPF_K;
-    // Low 32 bits of seccomp_data.args[i] (little endian).
-    let arg = |i: u32| 16 + 8 * i;
-    let mut p = Vec::new();
-    let mut one_of = |nr: libc::c_long, a: u32, values: &[u32], errno: i32| {
-        let body = 1 + 2 * values.len() + 1;
-        p.push(ins(jeq, 0, body as u8, nr as u32));
-        p.push(ins(ld, 0, 0, arg(a)));
-        for &v in values {
-            p.push(ins(jeq, 0, 1, v));
-            p.push(ins(ret, 0, 0, SECCOMP_RET_ALLOW));
-        }
-        p.push(ins(ret, 0, 0, SECCOMP_RET_ERRNO | errno as u32));
-    };
-    one_of(libc::SYS_ioctl, 1, IOCTLS, libc::ENOTTY);
-    one_of(
-        libc::SYS_socket,
-        0,
-        &[libc::AF_UNIX as u32],
-        libc::EAFNOSUPPORT,
-    );
-    p.extend([
-        ins(jeq, 0, 4, libc::SYS_clone as u32),
-        ins(ld, 0, 0, arg(0)),
-        ins(jset, 0, 1, libc::CLONE_THREAD as u32),
-        ins(ret, 0, 0, SECCOMP_RET_ALLOW),
-        ins(ret, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32),
-        ins(jeq, 0, 1, libc::SYS_clone3 as u32),
-        ins(ret, 0, 0, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-    ]);
-    p
+/// Each is one filter of its own that answers the errno on a match and
+/// allows everything else; the kernel runs every installed filter and keeps
+/// the strictest answer, so the main filter only lists these calls as
+/// allowed.
+fn restricted() -> Result<Vec<(libc::c_long, Vec<SeccompRule>, i32)>, BackendError> {
+    let cond = |arg: u8, len, op, value: u64| SeccompCondition::new(arg, len, op, value);
+    let ioctl_other = IOCTLS
+        .iter()
+        .map(|&r| cond(1, Len::Dword, Op::Ne, u64::from(r)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let not_unix = vec![cond(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64)?];
+    let thread = libc::CLONE_THREAD as u64;
+    let no_thread = vec![cond(0, Len::Qword, Op::MaskedEq(thread), 0)?];
+    Ok(vec![
+        (
+            libc::SYS_ioctl,
+            vec![SeccompRule::new(ioctl_other)?],
+            libc::ENOTTY,
+        ),
+        (
+            libc::SYS_socket,
+            vec![SeccompRule::new(not_unix)?],
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            libc::SYS_clone,
+            vec![SeccompRule::new(no_thread)?],
+            libc::EPERM,
+        ),
+        (libc::SYS_clone3, Vec::new(), libc::ENOSYS),
+    ])
 }
 
-/// Installs the filter chosen with `--seccomp` on every thread.
+/// The BPF programs `--seccomp action` installs (`None` for `none`), built
+/// with `seccompiler`: one filter per argument restriction ([`restricted`]),
+/// then the main filter (the architecture check, every allowed call,
+/// `action` for the rest), to be installed in that order.
+pub fn program(action: SeccompAction) -> Option<Vec<Vec<libc::sock_filter>>> {
+    program_with(action, false)
+}
+
+/// [`program`]; with `file_handles`, `open_by_handle_at` is allowed too (a
+/// VM live migration by file handle; it needs CAP_DAC_READ_SEARCH, which is
+/// only kept with `--modcaps=+dac_read_search`).
+pub fn program_with(
+    action: SeccompAction,
+    file_handles: bool,
+) -> Option<Vec<Vec<libc::sock_filter>>> {
+    let mismatch = match action {
+        SeccompAction::None => return None,
+        SeccompAction::Kill => Act::KillProcess,
+        SeccompAction::Log => Act::Log,
+        SeccompAction::Trap => Act::Trap,
+    };
+    // The lists are constants: building them cannot fail at run time (a
+    // unit test builds every variant), and a daemon that could not build
+    // its filter must not run unfiltered: an empty result refuses to start.
+    build(mismatch, file_handles).ok()
+}
+
+fn build(mismatch: Act, file_handles: bool) -> Result<Vec<Vec<libc::sock_filter>>, BackendError> {
+    let extra: &[libc::c_long] = if file_handles {
+        &[libc::SYS_open_by_handle_at]
+    } else {
+        &[]
+    };
+    let restricted = restricted()?;
+    let allowed: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
+        .iter()
+        .chain(extra)
+        .chain(restricted.iter().map(|(nr, _, _)| nr))
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
+    let arch = TargetArch::x86_64;
+    let mut filters = Vec::new();
+    for (nr, rules, errno) in restricted {
+        let rules = BTreeMap::from([(nr, rules)]);
+        let errno = Act::Errno(errno as u32);
+        filters.push(SeccompFilter::new(rules, Act::Allow, errno, arch)?);
+    }
+    // Last: once it is in, `seccomp(2)` itself is no longer allowed.
+    filters.push(SeccompFilter::new(allowed, mismatch, Act::Allow, arch)?);
+    filters
+        .into_iter()
+        .map(|f| {
+            let bpf = BpfProgram::try_from(f)?;
+            Ok(bpf
+                .iter()
+                .map(|i| libc::sock_filter {
+                    code: i.code,
+                    jt: i.jt,
+                    jf: i.jf,
+                    k: i.k,
+                })
+                .collect())
+        })
+        .collect()
+}
+
+/// Installs the filters chosen with `--seccomp` on every thread.
 pub fn seccomp(action: SeccompAction, file_handles: bool) -> Result<(), SandboxError> {
-    let Some(prog) = program_with(action, file_handles) else {
+    if action == SeccompAction::None {
         warn!(
             "--seccomp none: no system-call filter; a compromised daemon may make \
              any system call (execve, ptrace, mount, ...) its capabilities allow"
         );
         return Ok(());
-    };
-    sys::seccomp_install(&prog).map_err(SandboxError::Seccomp)?;
+    }
+    let progs = program_with(action, file_handles).ok_or(SandboxError::SeccompBuild)?;
+    for p in &progs {
+        sys::seccomp_install(p).map_err(SandboxError::Seccomp)?;
+    }
     info!(
         "seccomp: {} system calls allowed, others: {action:?}",
         ALLOWED.len()
@@ -331,12 +330,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn filter_checks_arch_then_lists_every_call() {
-        let f = filter(SECCOMP_RET_KILL_PROCESS);
-        assert_eq!(f.len(), 4 + restricted().len() + 2 * ALLOWED.len() + 1);
-        assert_eq!(f[1].k, AUDIT_ARCH_X86_64);
-        assert_eq!(f.last().map(|i| i.k), Some(SECCOMP_RET_KILL_PROCESS));
-        assert!(f.len() < 4096);
+    fn every_variant_builds_and_checks_the_architecture() {
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        for action in [SeccompAction::Kill, SeccompAction::Log, SeccompAction::Trap] {
+            for handles in [false, true] {
+                let progs = program_with(action, handles).expect("filters build");
+                assert_eq!(progs.len(), 1 + restricted().unwrap().len());
+                for p in &progs {
+                    assert!(p.iter().any(|i| i.k == AUDIT_ARCH_X86_64));
+                    assert!(p.len() < 4096);
+                }
+            }
+        }
+        assert!(program(SeccompAction::None).is_none());
     }
 
     #[test]

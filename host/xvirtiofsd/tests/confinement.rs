@@ -165,7 +165,12 @@ fn the_seccomp_filter_kills_an_execve() {
     // SAFETY: the closure only makes the two system calls of
     // seccomp_install on a program built before fork; it allocates nothing.
     unsafe {
-        cmd.pre_exec(move || xvirtiofsd::sys::seccomp_install(&prog));
+        cmd.pre_exec(move || {
+            for p in &prog {
+                xvirtiofsd::sys::seccomp_install(p)?;
+            }
+            Ok(())
+        });
     }
     let status = cmd.status().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGSYS), "{status:?}");
@@ -229,7 +234,9 @@ fn the_seccomp_filter_restricts_ioctl_socket_and_clone_by_argument() {
     // before fork; it allocates nothing and ends the child with _exit.
     unsafe {
         cmd.pre_exec(move || {
-            xvirtiofsd::sys::seccomp_install(&prog)?;
+            for p in &prog {
+                xvirtiofsd::sys::seccomp_install(p)?;
+            }
             let errno = || *libc::__errno_location();
             let mut ok = 0;
             let mut c: libc::c_char = b'x' as libc::c_char;
