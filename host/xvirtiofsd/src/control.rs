@@ -78,7 +78,7 @@ impl StatusInfo {
     pub fn reply(&self) -> StatusReply {
         StatusReply {
             version: self.version.to_string(),
-            pid: std::process::id(),
+            pid: crate::sandbox::daemon_pid(),
             uptime_s: now_unix_ms().saturating_sub(self.started_unix_ms) / 1000,
             upgrades: self.upgrades,
             shared_dir: self.shared_dir.clone(),

@@ -150,10 +150,12 @@ impl Daemon {
         let listener = listen(opt)?;
         let (control, control_path) = bind_control(opt);
         let notifier = Notifier::from_env();
-        let fs = PassthroughFs::new(fs_config(&cfg, max_open)?).map_err(SetupError::Fs)?;
-        let server = Arc::new(FsServer::new(fs));
+        let mut fs = PassthroughFs::new(fs_config(&cfg, max_open)?).map_err(SetupError::Fs)?;
         let metrics = open_metrics(&cfg)?;
-        confine(&cfg, caps_mask(opt)?)?;
+        if let Some(proc_fd) = confine(&cfg, caps_mask(opt)?)? {
+            fs.set_proc_self_fd(proc_fd);
+        }
+        let server = Arc::new(FsServer::new(fs));
 
         info!(
             "serving {} ({} request queue(s) offered, cache {:?}, sandbox {:?}, control {})",
@@ -291,7 +293,7 @@ impl Daemon {
             // The predecessor says so too, before it exits; whichever comes
             // first, the unit follows this process.
             n.main_pid(
-                std::process::id(),
+                sandbox::daemon_pid(),
                 &format!("serving {} (live-upgraded)", st.config.shared_dir),
             );
         }
@@ -307,13 +309,13 @@ impl Daemon {
         info!(
             "upgrade: now serving as {} (pid {}), taken over from {}",
             cli::VERSION,
-            std::process::id(),
+            sandbox::daemon_pid(),
             st.writer_version
         );
         // Tell `xvirtiofsd upgrade` and let go of its pipe.
         println!(
             "XVFS-UPGRADED pid {} version {} from {}",
-            std::process::id(),
+            sandbox::daemon_pid(),
             cli::VERSION,
             st.writer_version
         );
@@ -390,7 +392,9 @@ impl Daemon {
                     if upgrade::hand_over(&out, &mut dev, &conn, peer).is_ok() {
                         // The successor serves now: leave everything (queues
                         // are stopped, the metrics file is its) as it is.
-                        if let (Some(n), Some(pid)) = (&notifier, successor) {
+                        // A successor in its own PID namespace is not
+                        // visible from this one (pid 0): it announces itself.
+                        if let (Some(n), Some(pid)) = (&notifier, successor.filter(|&p| p > 0)) {
                             n.main_pid(pid as u32, "live-upgraded");
                         }
                         return Ok(Ended::HandedOver);
@@ -448,7 +452,7 @@ fn take_pid_files(pid_files: Vec<OwnedFd>) -> Vec<RawFd> {
     let raw: Vec<RawFd> = pid_files.iter().map(|f| f.as_raw_fd()).collect();
     for f in pid_files {
         std::thread::spawn(move || {
-            if let Err(e) = sys::lock_and_write(f.as_fd(), &std::process::id().to_string()) {
+            if let Err(e) = sys::lock_and_write(f.as_fd(), &sandbox::daemon_pid().to_string()) {
                 warn!("pid file: {e}");
             }
             // Keep the descriptor (and its lock) for the life of the process.
@@ -574,14 +578,14 @@ fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
 
 /// Sandbox, then capabilities (entering the sandbox needs CAP_SYS_ADMIN),
 /// then the system-call filter.
-fn confine(c: &ConfigState, caps: u64) -> Result<(), SetupError> {
-    sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
+fn confine(c: &ConfigState, caps: u64) -> Result<Option<OwnedFd>, SetupError> {
+    let proc_fd = sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
     crate::caps::drop_to(caps)?;
     // Opening file handles (a migration's destination) needs
     // CAP_DAC_READ_SEARCH; only a daemon that keeps it may make the call.
     let file_handles = caps & (1 << 2) != 0; // CAP_DAC_READ_SEARCH
     sandbox::seccomp(c.seccomp, file_handles)?;
-    Ok(())
+    Ok(proc_fd)
 }
 
 struct Restored {
@@ -605,8 +609,14 @@ fn restore(
     }
     let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
     let max_open = max_open(own.max_open, limit)?;
-    let fs = PassthroughFs::restore(fs_config(&st.config, max_open)?, &st.fs, inc.take_fs_fds())
-        .map_err(SetupError::Fs)?;
+    let mut fs =
+        PassthroughFs::restore(fs_config(&st.config, max_open)?, &st.fs, inc.take_fs_fds())
+            .map_err(SetupError::Fs)?;
+    // Everything from here on needs no host path: the sandbox now.
+    let metrics = open_metrics(&st.config)?;
+    if let Some(proc_fd) = confine(&st.config, own.caps)? {
+        fs.set_proc_self_fd(proc_fd);
+    }
     let server = Arc::new(FsServer::new(fs));
     if let Some(s) = st.session {
         server.restore_session(s).map_err(SetupError::Session)?;
@@ -626,8 +636,6 @@ fn restore(
         .map(|i| take(i).map(UnixListener::from))
         .transpose()
         .map_err(|e| SetupError::Io("control socket", e))?;
-    let metrics = open_metrics(&st.config)?;
-    confine(&st.config, own.caps)?;
     Ok(Restored {
         dev,
         conn,
@@ -645,7 +653,7 @@ fn bind_control(opt: &Opt) -> (Option<UnixListener>, Option<PathBuf>) {
     let path = opt
         .control
         .clone()
-        .unwrap_or_else(|| control::default_path(std::process::id()));
+        .unwrap_or_else(|| control::default_path(sandbox::daemon_pid()));
     match control::bind(&path) {
         Ok(l) => (Some(l), Some(path)),
         Err(e) => {

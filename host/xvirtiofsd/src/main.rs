@@ -19,7 +19,7 @@ use xvirtiofsd::cli::{self, Opt};
 use xvirtiofsd::control;
 use xvirtiofsd::daemon::{Daemon, ServeError};
 use xvirtiofsd::upgrade;
-use xvirtiofsd::{error_chain, logger};
+use xvirtiofsd::{error_chain, logger, sandbox};
 
 /// Exit status: a runtime error ended serving.
 const EXIT_RUNTIME: u8 = 1;
@@ -61,6 +61,18 @@ fn main() -> ExitCode {
                 logger::SYSLOG_SOCKET
             );
             return ExitCode::from(EXIT_SETUP);
+        }
+    }
+    if opt.sandbox == cli::SandboxMode::Namespace {
+        match sandbox::enter_pid_namespace() {
+            Ok(sandbox::Role::Supervisor(child)) => {
+                return ExitCode::from(u8::try_from(sandbox::supervise(child)).unwrap_or(1));
+            }
+            Ok(sandbox::Role::Daemon) => {}
+            Err(e) => {
+                error!("{}", error_chain(&e));
+                return ExitCode::from(EXIT_SETUP);
+            }
         }
     }
     let daemon = match &opt.handover_from {

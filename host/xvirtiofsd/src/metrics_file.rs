@@ -80,7 +80,7 @@ impl MetricsWriter {
         };
         w.write_snapshot(&MetricsSnapshot {
             uptime_s: 0,
-            pid: std::process::id(),
+            pid: crate::sandbox::daemon_pid(),
             queues: Vec::new(),
             open_files: None,
         })?;
@@ -103,7 +103,7 @@ impl MetricsWriter {
     ) -> io::Result<()> {
         let snapshot = MetricsSnapshot {
             uptime_s: started.elapsed().as_secs(),
-            pid: std::process::id(),
+            pid: crate::sandbox::daemon_pid(),
             queues: queue_reports(stats),
             open_files: Some(open_files(server)),
         };

@@ -5,7 +5,9 @@
 //! single-component lookups, no symlink following); the sandbox is the second
 //! wall, for bugs in the first.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use log::{info, warn};
 
@@ -29,15 +31,82 @@ pub enum SandboxError {
     Seccomp(#[source] std::io::Error),
     #[error("cannot build the seccomp filter")]
     SeccompBuild,
+    #[error("cannot enter a new PID namespace (try --sandbox chroot or none)")]
+    PidNamespace(#[source] std::io::Error),
 }
 
-/// Enters the sandbox chosen with `--sandbox`.
-pub fn enter(mode: SandboxMode, root: &Path) -> Result<(), SandboxError> {
+/// The pid the world knows the daemon by (the process that was started:
+/// the supervisor, with `--sandbox namespace`), and the host pid of the
+/// process that serves (itself, or the supervisor's child).
+static PIDS: OnceLock<(u32, u32)> = OnceLock::new();
+
+/// The pid the daemon was started as: its control socket's default name,
+/// what `status` reports, what it writes into pid files.
+pub fn daemon_pid() -> u32 {
+    PIDS.get().map_or_else(std::process::id, |p| p.0)
+}
+
+/// The host pid of the process that holds the connection (a successor
+/// checks it and joins its cgroups).
+pub fn serving_pid() -> u32 {
+    PIDS.get().map_or_else(std::process::id, |p| p.1)
+}
+
+/// What this process is after [`enter_pid_namespace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The process that was started: it only waits for its child, passing
+    /// signals on, and exits with its status.
+    Supervisor(libc::pid_t),
+    /// The child, process 1 of a new PID namespace: the daemon itself.
+    Daemon,
+}
+
+/// The first step of `--sandbox namespace`, taken while the process has one
+/// thread: a new PID namespace, which only a child can enter. The child is
+/// the daemon; the parent supervises it (see [`Role`]), so that whoever
+/// started the daemon (libvirt, systemd, a shell) keeps the pid it knows.
+/// In the namespace the daemon's /proc (mounted by [`enter`]) shows no
+/// other process of the host.
+pub fn enter_pid_namespace() -> Result<Role, SandboxError> {
+    let started_as = std::process::id();
+    let err = |e| SandboxError::PidNamespace(e);
+    match sys::fork_into_pid_namespace().map_err(err)? {
+        sys::Forked::Parent(child) => Ok(Role::Supervisor(child)),
+        sys::Forked::Child => {
+            sys::exit_on_forwarded_signals().map_err(err)?;
+            let host = sys::host_pid().unwrap_or(started_as);
+            let _ = PIDS.set((started_as, host));
+            Ok(Role::Daemon)
+        }
+    }
+}
+
+/// The supervisor's life: wait for the daemon, pass signals on, exit with
+/// its status.
+pub fn supervise(child: libc::pid_t) -> i32 {
+    match sys::supervise(child) {
+        Ok(code) => code,
+        Err(e) => {
+            log::error!("supervising the daemon (pid {child}): {e}");
+            1
+        }
+    }
+}
+
+/// Enters the sandbox chosen with `--sandbox`. With `namespace`, returns the
+/// daemon's own `/proc/self/fd` (of its PID namespace's fresh /proc), which
+/// the file system must use instead of the host's.
+pub fn enter(mode: SandboxMode, root: &Path) -> Result<Option<OwnedFd>, SandboxError> {
     match mode {
         SandboxMode::Namespace => {
-            sys::sandbox_namespace(root)
+            let proc_fd = sys::sandbox_namespace(root)
                 .map_err(|e| SandboxError::Namespace(root.display().to_string(), e))?;
-            info!("sandbox: mount, network and IPC namespaces; root is the shared directory");
+            info!(
+                "sandbox: PID, mount, network and IPC namespaces; root is the shared \
+                 directory; /proc shows only the daemon"
+            );
+            return Ok(Some(proc_fd));
         }
         SandboxMode::Chroot => {
             sys::sandbox_chroot(root)
@@ -50,7 +119,7 @@ pub fn enter(mode: SandboxMode, root: &Path) -> Result<(), SandboxError> {
              (only the file system layer confines guest paths)"
         ),
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The ioctl requests allowed (any other fails with ENOTTY): non-blocking

@@ -263,7 +263,7 @@ pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
 
 /// Enters new mount, network and IPC namespaces and makes `root` the root of the
 /// mount tree (pivot_root), so that no path outside it exists for this process.
-pub fn sandbox_namespace(root: &Path) -> io::Result<()> {
+pub fn sandbox_namespace(root: &Path) -> io::Result<OwnedFd> {
     // SAFETY: unshare takes flags only.
     cvt(unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC) })?;
     let slash = CString::new("/").map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -279,6 +279,26 @@ pub fn sandbox_namespace(root: &Path) -> io::Result<()> {
             std::ptr::null(),
         )
     })?;
+    // A /proc of this process's own PID namespace (see `fork_into_pid_namespace`):
+    // through it no other process of the host can be named. Its fd directory
+    // is what the file system re-opens descriptors through; it stays open
+    // after the old root (and this mount's path) are gone.
+    let proc_dir = c"/proc";
+    // SAFETY: valid NUL-terminated strings; proc takes no data.
+    cvt(unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            proc_dir.as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    })?;
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: valid NUL-terminated path; the result is checked and owned below.
+    let fd = cvt(unsafe { libc::open(c"/proc/self/fd".as_ptr(), flags) })?;
+    // SAFETY: fd was just returned by open and is owned by nobody else.
+    let proc_self_fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // Bind-mount the shared directory onto itself so it is a mount point.
     // SAFETY: as above.
     cvt(unsafe {
@@ -300,7 +320,117 @@ pub fn sandbox_namespace(root: &Path) -> io::Result<()> {
     cvt(unsafe { libc::umount2(dot.as_ptr(), libc::MNT_DETACH) })?;
     // SAFETY: valid NUL-terminated path.
     cvt(unsafe { libc::chdir(slash.as_ptr()) })?;
+    Ok(proc_self_fd)
+}
+
+/// Who a process is after [`fork_into_pid_namespace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forked {
+    /// The original process; the argument is the child's pid.
+    Parent(libc::pid_t),
+    /// The child: the first process of a new PID namespace.
+    Child,
+}
+
+/// `unshare(CLONE_NEWPID)` then `fork()`: the child is process 1 of a new
+/// PID namespace and is killed (SIGKILL) if the parent dies. Call while the
+/// process has a single thread.
+pub fn fork_into_pid_namespace() -> io::Result<Forked> {
+    // SAFETY: unshare takes flags only.
+    cvt(unsafe { libc::unshare(libc::CLONE_NEWPID) })?;
+    // SAFETY: the caller guarantees a single thread, so the child's copy of
+    // the process is consistent (no lock held by another thread).
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: prctl with integer arguments.
+            cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+            Ok(Forked::Child)
+        }
+        child => Ok(Forked::Parent(child)),
+    }
+}
+
+/// Signals a supervising parent passes on to its child.
+const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Waits for `child`, passing on every signal of [`FORWARDED`] to it;
+/// returns its exit status (128 + the signal if a signal ended it).
+pub fn supervise(child: libc::pid_t) -> io::Result<i32> {
+    // SAFETY: sigset_t is plain data; sigemptyset initializes it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t for these calls.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    // SAFETY: `set` is initialized; the old mask is not needed.
+    cvt(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
+    loop {
+        // The child may have ended before SIGCHLD was blocked: look first.
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into `status`.
+        let r = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if r == child {
+            return Ok(if libc::WIFSIGNALED(status) {
+                128 + libc::WTERMSIG(status)
+            } else {
+                libc::WEXITSTATUS(status)
+            });
+        }
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `set` is initialized; no siginfo is wanted.
+        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        if sig > 0 && sig != libc::SIGCHLD {
+            // SAFETY: kill with integer arguments, to our own child.
+            unsafe { libc::kill(child, sig) };
+        }
+    }
+}
+
+extern "C" fn exit_on_signal(sig: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe and ends the process at once.
+    unsafe { libc::_exit(128 + sig) }
+}
+
+/// Makes every signal of [`FORWARDED`] end the process with status 128 +
+/// the signal, as their default action would: the first process of a PID
+/// namespace ignores a signal from outside it that it has no handler for.
+pub fn exit_on_forwarded_signals() -> io::Result<()> {
+    for sig in FORWARDED {
+        // SAFETY: sigaction is plain data; zeroed is an empty mask, no flags.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = exit_on_signal as extern "C" fn(libc::c_int) as usize;
+        // SAFETY: `sa` is a valid sigaction whose handler only calls _exit.
+        cvt(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
+    }
     Ok(())
+}
+
+/// This process's pid in the host's PID namespace (the first `NSpid` of
+/// `/proc/self/status`); read before a new /proc is mounted.
+pub fn host_pid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `chroot(2)` into `root` and move there.

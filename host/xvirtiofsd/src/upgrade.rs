@@ -137,7 +137,7 @@ fn send_everything(
     fds.extend(snap.fds);
     let state = DaemonState {
         writer_version: VERSION.to_string(),
-        writer_pid: std::process::id(),
+        writer_pid: crate::sandbox::serving_pid(),
         started_unix_ms: out.started_unix_ms,
         upgrades: out.upgrades,
         config: out.config.clone(),
@@ -276,7 +276,7 @@ pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
     handover::send(
         &peer,
         handover::HELLO,
-        format!("xvirtiofsd {VERSION} pid {}", std::process::id()).as_bytes(),
+        format!("xvirtiofsd {VERSION} pid {}", crate::sandbox::daemon_pid()).as_bytes(),
         &[],
     )?;
     if fault == Fault::DieMidway {

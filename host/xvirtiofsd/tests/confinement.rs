@@ -60,7 +60,19 @@ fn start(name: &str, extra: &[&str]) -> Running {
 /// (root's full set).
 fn is_waiting(r: &Running) -> bool {
     r.dir.join("vhost.sock").exists()
-        && caps(r.child.id(), "CapBnd") != caps(std::process::id(), "CapBnd")
+        && caps(r.serving(), "CapBnd") != caps(std::process::id(), "CapBnd")
+}
+
+impl Running {
+    /// The process that serves: with `--sandbox namespace` the started
+    /// process only supervises its child, the daemon proper.
+    fn serving(&self) -> u32 {
+        let pid = self.child.id();
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .ok()
+            .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+            .unwrap_or(pid)
+    }
 }
 
 fn status_field(pid: u32, key: &str) -> String {
@@ -89,14 +101,14 @@ fn root() {
 fn the_daemon_keeps_only_the_documented_capabilities_and_no_groups() {
     root();
     let d = start("caps", &[]);
-    let pid = d.child.id();
+    let pid = d.serving();
     assert_eq!(caps(pid, "CapEff"), DOCUMENTED, "CapEff");
     assert_eq!(caps(pid, "CapPrm"), DOCUMENTED, "CapPrm");
     assert_eq!(caps(pid, "CapBnd"), DOCUMENTED, "CapBnd");
     assert_eq!(caps(pid, "CapInh"), 0, "CapInh");
     assert_eq!(caps(pid, "CapAmb"), 0, "CapAmb");
     assert_eq!(status_field(pid, "Groups"), "", "supplementary groups");
-    for which in ["mnt", "net", "ipc"] {
+    for which in ["mnt", "net", "ipc", "pid"] {
         assert_ne!(
             ns(&pid.to_string(), which),
             ns("self", which),
@@ -105,14 +117,86 @@ fn the_daemon_keeps_only_the_documented_capabilities_and_no_groups() {
     }
 }
 
+/// Inside the sandbox no other process can be named: the daemon is alone
+/// in its PID namespace, and the /proc it re-opens files through is a
+/// procfs of that namespace, not the host's (the escape of issue 12 went
+/// `/proc/self/fd/../../PID/root`). Checked from outside: the mount behind
+/// each of the daemon's /proc descriptors is a proc mount other than this
+/// process's /proc. The supervisor (the started process) passes SIGTERM on.
+#[test]
+fn the_daemon_sees_only_its_own_pid_namespace() {
+    root();
+    let mut d = start("pidns", &[]);
+    let pid = d.serving();
+    assert_ne!(
+        pid,
+        d.child.id(),
+        "the daemon runs as the supervisor's child"
+    );
+    assert_eq!(
+        status_field(pid, "NSpid").split_whitespace().nth(1),
+        Some("1"),
+        "process 1 of its PID namespace"
+    );
+    let host_proc = mount_id_of("/proc");
+    let mut proc_fds = 0;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(target) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        if !target.to_string_lossy().ends_with("/fd") {
+            continue;
+        }
+        let fd = e.file_name().to_string_lossy().into_owned();
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap();
+        let mnt: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("mnt_id:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_ne!(
+            mnt, host_proc,
+            "fd {fd} ({target:?}) is on the host's /proc"
+        );
+        proc_fds += 1;
+    }
+    assert_eq!(proc_fds, 1, "one /proc/self/fd descriptor");
+    // SAFETY: kill with integer arguments, to the process this test started.
+    assert_eq!(unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) }, 0);
+    let status = d.child.wait().unwrap();
+    assert!(
+        !status.success(),
+        "ended by the forwarded SIGTERM: {status:?}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the daemon is gone"
+    );
+}
+
+/// The mount id of the mount at `path` (this process's view).
+fn mount_id_of(path: &str) -> u64 {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .rev()
+        .filter(|l| l.split_whitespace().nth(4) == Some(path))
+        .find_map(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
 #[test]
 fn modcaps_adds_and_removes_with_virtiofsd_syntax() {
     root();
     let d = start("modcaps", &["--modcaps=+sys_admin:-MKNOD"]);
     let want = (DOCUMENTED | CAP_SYS_ADMIN) & !CAP_MKNOD;
-    assert_eq!(caps(d.child.id(), "CapEff"), want);
+    assert_eq!(caps(d.serving(), "CapEff"), want);
     let d = start("modcaps-o", &["-o", "modcaps=-mknod"]);
-    assert_eq!(caps(d.child.id(), "CapEff"), DOCUMENTED & !CAP_MKNOD);
+    assert_eq!(caps(d.serving(), "CapEff"), DOCUMENTED & !CAP_MKNOD);
 }
 
 #[test]
