@@ -51,6 +51,10 @@ pub struct ConfigState {
     pub migration_confirm_paths: bool,
     /// `--xattrmap`, as given.
     pub xattrmap: Option<String>,
+    /// `--no-device-nodes`.
+    pub no_device_nodes: bool,
+    /// `--no-setid`.
+    pub no_setid: bool,
 }
 
 /// One guest memory region.
@@ -253,6 +257,8 @@ mod tests {
                 migration_verify_handles: false,
                 migration_confirm_paths: false,
                 xattrmap: None,
+                no_device_nodes: false,
+                no_setid: false,
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

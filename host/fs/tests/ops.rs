@@ -1137,3 +1137,80 @@ fn xattrmap_renames_guards_and_hides() {
     h.req(opcode::REMOVEXATTR, e.nodeid, &cname("user.a")).ok();
     assert_eq!(host_xattr(&h.dir.join("f"), "user.virtiofs.user.a"), None);
 }
+
+#[test]
+fn no_device_nodes_refuses_devices_but_not_fifos() {
+    let h = Harness::with(|c| c.no_device_nodes = true);
+    let mknod = |name: &str, mode: u32| {
+        let m = abi::MknodIn {
+            mode,
+            rdev: (1 << 8) | 3, // 1:3, /dev/null
+            umask: 0,
+            padding: 0,
+        };
+        h.req(opcode::MKNOD, ROOT, &cat(&[&m.to_bytes(), &cname(name)]))
+    };
+    assert_eq!(mknod("c", libc::S_IFCHR | 0o666).err(), libc::EPERM);
+    assert_eq!(mknod("b", libc::S_IFBLK | 0o666).err(), libc::EPERM);
+    assert!(!h.dir.join("c").exists() && !h.dir.join("b").exists());
+    let e: abi::EntryOut = mknod("p", libc::S_IFIFO | 0o600).parse();
+    assert_eq!(e.attr.mode, libc::S_IFIFO | 0o600);
+}
+
+#[test]
+fn no_setid_drops_the_bits_on_create_chmod_and_chown() {
+    let h = Harness::with(|c| c.no_setid = true);
+    let mode = |name: &str| {
+        std::fs::metadata(h.dir.join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+    };
+    h.create(ROOT, "f", libc::S_IFREG | 0o6755, libc::O_RDWR)
+        .ok();
+    assert_eq!(
+        mode("f") & 0o7777,
+        0o755 & !0o022,
+        "created without setuid/setgid"
+    );
+    let e = h.lookup_ok(ROOT, "f");
+    setattr(
+        &h,
+        e.nodeid,
+        abi::SetattrIn {
+            valid: fattr::MODE,
+            mode: 0o4755,
+            ..Default::default()
+        },
+    )
+    .ok();
+    assert_eq!(mode("f") & 0o7777, 0o755, "chmod u+s dropped");
+    // A setuid file made on the host loses the bit when the guest chowns it.
+    std::fs::set_permissions(h.dir.join("f"), std::fs::Permissions::from_mode(0o6755)).unwrap();
+    setattr(
+        &h,
+        e.nodeid,
+        abi::SetattrIn {
+            valid: fattr::UID,
+            uid: 1000,
+            ..Default::default()
+        },
+    )
+    .ok();
+    assert_eq!(mode("f") & 0o7777, 0o755, "cleared after chown");
+    // A directory may keep setgid (it only passes the group on), never setuid.
+    let m = abi::MkdirIn {
+        mode: 0o6775,
+        umask: 0,
+    };
+    let d: abi::EntryOut = h
+        .req(opcode::MKDIR, ROOT, &cat(&[&m.to_bytes(), &cname("d")]))
+        .parse();
+    let chmod = abi::SetattrIn {
+        valid: fattr::MODE,
+        mode: 0o6775,
+        ..Default::default()
+    };
+    setattr(&h, d.nodeid, chmod).ok();
+    assert_eq!(mode("d") & 0o7777, 0o2775);
+}

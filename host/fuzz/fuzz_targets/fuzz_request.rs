@@ -50,6 +50,8 @@ fn server() -> &'static PassthroughServer {
             readdirplus: true,
             max_open: 0,
             xattrmap: None,
+            no_device_nodes: false,
+            no_setid: false,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

@@ -266,6 +266,20 @@ pub struct Opt {
     #[arg(long, hide = true)]
     pub allow_mmap: bool,
 
+    /// Refuse (EPERM) the guest's MKNOD of character and block devices, so
+    /// that no device node of the guest's making appears in the share
+    /// (FIFOs and sockets are still allowed). Off by default, as in
+    /// virtiofsd.
+    #[arg(long)]
+    pub no_device_nodes: bool,
+
+    /// The guest can make no setuid or setgid file: the bits are dropped
+    /// from the modes of files it creates and from its chmod, and cleared
+    /// after its chown (a directory keeps setgid, which only passes its
+    /// group on). Off by default, as in virtiofsd.
+    #[arg(long)]
+    pub no_setid: bool,
+
     /// Keep O_NOATIME on the guest's opens. By default it is cleared, as
     /// virtiofsd does, because O_NOATIME on a file the daemon does not own
     /// fails with EPERM when the daemon runs unprivileged.

@@ -490,6 +490,8 @@ fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         migration_verify_handles: opt.migration_verify_handles,
         migration_confirm_paths: opt.migration_confirm_paths,
         xattrmap: opt.xattrmap.clone(),
+        no_device_nodes: opt.no_device_nodes,
+        no_setid: opt.no_setid,
     }
 }
 
@@ -528,6 +530,8 @@ fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, SetupError> {
         preserve_noatime: c.preserve_noatime,
         max_open,
         xattrmap,
+        no_device_nodes: c.no_device_nodes,
+        no_setid: c.no_setid,
     })
 }
 

@@ -54,6 +54,16 @@ pub fn check_settings(
         format!("{:?}", received.xattrmap),
     );
     cmp(
+        "--no-device-nodes",
+        own.no_device_nodes.to_string(),
+        received.no_device_nodes.to_string(),
+    );
+    cmp(
+        "--no-setid",
+        own.no_setid.to_string(),
+        received.no_setid.to_string(),
+    );
+    cmp(
         "the metrics file",
         format!("{:?}", own.metrics_file),
         format!("{:?}", received.metrics_file),
@@ -80,6 +90,8 @@ pub fn check_settings(
         readonly: own.readonly,
         xattr: own.xattr,
         xattrmap: own.xattrmap.clone(),
+        no_device_nodes: own.no_device_nodes,
+        no_setid: own.no_setid,
         metrics_file: own.metrics_file.clone(),
         socket_path: own.socket_path.clone(),
         ..received.clone()
@@ -117,6 +129,8 @@ mod tests {
             migration_verify_handles: false,
             migration_confirm_paths: false,
             xattrmap: None,
+            no_device_nodes: false,
+            no_setid: false,
         }
     }
 

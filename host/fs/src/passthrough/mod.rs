@@ -105,6 +105,13 @@ pub struct Config {
     pub max_open: usize,
     /// `--xattrmap`: how attribute names are translated (None: unchanged).
     pub xattrmap: Option<XattrMap>,
+    /// `--no-device-nodes`: MKNOD of a character or block device gets EPERM.
+    pub no_device_nodes: bool,
+    /// `--no-setid`: the guest can make no setuid or setgid file (the bits
+    /// are dropped from created files' modes and from chmod, and cleared
+    /// after a chown; a directory keeps its setgid bit, which only makes
+    /// new entries inherit its group).
+    pub no_setid: bool,
 }
 
 impl Default for Config {
@@ -120,6 +127,8 @@ impl Default for Config {
             preserve_noatime: false,
             max_open: 0,
             xattrmap: None,
+            no_device_nodes: false,
+            no_setid: false,
         }
     }
 }
@@ -422,6 +431,20 @@ impl PassthroughFs {
         f
     }
 
+    /// The permission bits of a new or chmod-ed file of type `kind`, with
+    /// setuid/setgid dropped under [`Config::no_setid`].
+    fn guest_mode(&self, kind: u32, mode: u32) -> u32 {
+        let mut m = mode & 0o7777;
+        if self.cfg.no_setid {
+            m &= if kind == libc::S_IFDIR {
+                !libc::S_ISUID
+            } else {
+                !(libc::S_ISUID | libc::S_ISGID)
+            };
+        }
+        m
+    }
+
     fn check_open_writable(&self, flags: i32) -> io::Result<()> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             self.writable()?;
@@ -491,7 +514,8 @@ impl PassthroughFs {
                 return Err(err(libc::EOPNOTSUPP));
             }
             let name = sys::fd_name(inode.fd().as_raw_fd());
-            sys::fchmodat(self.proc_self_fd.as_fd(), &name, mode & 0o7777)?;
+            let mode = self.guest_mode(inode.file_type, mode);
+            sys::fchmodat(self.proc_self_fd.as_fd(), &name, mode)?;
         }
         if a.uid.is_some() || a.gid.is_some() {
             sys::fchownat(
@@ -501,6 +525,16 @@ impl PassthroughFs {
                 a.gid.unwrap_or(u32::MAX),
                 libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
             )?;
+            if self.cfg.no_setid && inode.file_type != libc::S_IFLNK {
+                // The daemon's CAP_FSETID keeps the bits across its chown;
+                // the guest's file must not keep them for a new owner.
+                let mode = sys::stat_fd(inode.fd())?.st_mode;
+                let keep = self.guest_mode(inode.file_type, mode);
+                if keep != mode & 0o7777 {
+                    let name = sys::fd_name(inode.fd().as_raw_fd());
+                    sys::fchmodat(self.proc_self_fd.as_fd(), &name, keep)?;
+                }
+            }
         }
         if let Some(size) = a.size {
             if inode.is_dir() {
@@ -582,6 +616,9 @@ impl PassthroughFs {
         {
             return Err(err(libc::EINVAL));
         }
+        if self.cfg.no_device_nodes && (kind == libc::S_IFCHR || kind == libc::S_IFBLK) {
+            return Err(err(libc::EPERM));
+        }
         // The kernel sends new_encode_dev() format.
         let major = (rdev & 0xfff00) >> 8;
         let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
@@ -590,7 +627,7 @@ impl PassthroughFs {
             sys::mknodat(
                 p.fd(),
                 name,
-                kind | (mode & 0o7777),
+                kind | self.guest_mode(kind, mode),
                 sys::makedev(major, minor),
             )?;
         }
@@ -602,7 +639,7 @@ impl PassthroughFs {
         let p = self.dir(parent)?;
         {
             let _c = self.creds(ctx)?;
-            sys::mkdirat(p.fd(), name, mode & 0o7777)?;
+            sys::mkdirat(p.fd(), name, self.guest_mode(libc::S_IFDIR, mode))?;
         }
         self.do_lookup(&p, name)
     }
@@ -719,7 +756,7 @@ impl PassthroughFs {
                 p.fd(),
                 name,
                 flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                mode & 0o7777,
+                self.guest_mode(libc::S_IFREG, mode),
             )
         };
         let (entry, fd) = match created {
@@ -781,7 +818,12 @@ impl PassthroughFs {
         }
         let fd = {
             let _c = self.creds(ctx)?;
-            sys::openat(p.fd(), c".", flags | libc::O_TMPFILE, mode & 0o7777)?
+            sys::openat(
+                p.fd(),
+                c".",
+                flags | libc::O_TMPFILE,
+                self.guest_mode(libc::S_IFREG, mode),
+            )?
         };
         let entry = self.insert_open_file(&fd)?;
         let fh = self.handles.insert(entry.inode, fd, flags);

@@ -106,6 +106,8 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         readdirplus: true,
         max_open: 0,
         xattrmap: None,
+        no_device_nodes: false,
+        no_setid: false,
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -494,6 +496,8 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         migration_verify_handles: false,
         migration_confirm_paths: false,
         xattrmap: None,
+        no_device_nodes: false,
+        no_setid: false,
     }
 }
 
