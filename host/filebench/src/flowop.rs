@@ -12,8 +12,9 @@
 //!   `iosize` within `workingset` (default: the file's size).
 //! - `readwholefile` / `writewholefile` count one operation per file,
 //!   `iters=N` repeats a flowop N times (N operations).
-//! - `aiowrite` writes synchronously (the data is on its way when it
-//!   returns), so `aiowait` has nothing left to wait for and only counts.
+//! - `aiowrite` queues its write and returns; the write goes on while the
+//!   thread runs on, and `aiowait` reaps completions as Filebench does (see
+//!   [`crate::aio`]).
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -99,6 +100,8 @@ pub struct Worker {
     since_io_ops: u64,
     since_ops: u64,
     since_bytes: u64,
+    /// The asynchronous writes of `aiowrite`, from the first one on.
+    aio: Option<crate::aio::Aio>,
 }
 
 type Res = Result<u64, End>;
@@ -131,6 +134,7 @@ impl Worker {
             since_io_ops: 0,
             since_ops: 0,
             since_bytes: 0,
+            aio: None,
         }
     }
 
@@ -571,7 +575,19 @@ impl Worker {
                 }
                 Ok(got as u64)
             }
-            Write | AioWrite => {
+            AioWrite => {
+                let key = self.ensure_slot(i)?;
+                let want = self.io_size(i);
+                let n = self.claim(i, want)? as usize;
+                let off = self.next_offset(i, key, n as u64);
+                self.aio_write(i, key, n, off)?;
+                if let Some(s) = self.slots.get_mut(&key) {
+                    s.offset = off + n as u64;
+                    s.size = s.size.max(s.offset);
+                }
+                Ok(n as u64)
+            }
+            Write => {
                 let key = self.ensure_slot(i)?;
                 let want = self.io_size(i);
                 let n = self.claim(i, want)? as usize;
@@ -583,7 +599,13 @@ impl Worker {
                 }
                 Ok(n as u64)
             }
-            AioWait => Ok(0),
+            AioWait => {
+                if let Some(aio) = self.aio.as_mut() {
+                    let r = aio.wait();
+                    r.map_err(|e| self.fail(i, "aiowait", e))?;
+                }
+                Ok(0)
+            }
             Fsync => {
                 let key = self.plan.ops[i].fd;
                 match self.slots.get(&key) {
@@ -743,6 +765,19 @@ impl Worker {
             return 0;
         }
         slot.offset
+    }
+
+    /// Queues `n` bytes of the I/O buffer for `off` of slot `key`.
+    fn aio_write(&mut self, i: usize, key: usize, n: usize, off: u64) -> Result<(), End> {
+        if self.aio.is_none() {
+            self.aio = Some(crate::aio::Aio::new().map_err(|e| self.fail(i, "aiowrite", e))?);
+        }
+        let boff = self.buf_off;
+        let (Some(slot), Some(aio)) = (self.slots.get(&key), self.aio.as_mut()) else {
+            return Err(self.fail(i, "aiowrite", "fd closed"));
+        };
+        let r = aio.submit(&slot.file, off, &self.buf[boff..boff + n]);
+        r.map_err(|e| self.fail(i, "aiowrite", e))
     }
 
     fn write_at(&mut self, i: usize, key: usize, n: usize, off: u64) -> Result<(), End> {

@@ -7,6 +7,7 @@
 //! time. Anything it cannot run is an error naming the file, the line and the
 //! construct.
 
+pub mod aio;
 pub mod ast;
 pub mod composite;
 pub mod dist;
