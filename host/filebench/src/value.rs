@@ -166,6 +166,35 @@ impl Vars {
 
     /// Replaces `$name` (and `${name}`) in a quoted string.
     pub fn interpolate(&self, s: &str) -> Result<String, String> {
+        self.interpolate_with(s, &mut |name| Err(format!("variable ${name} is not set")))
+    }
+
+    /// The text of a message (`echo`, `usage`): a variable that is not set
+    /// reads as nothing, as Filebench prints such a message anyway; the
+    /// names of those variables come back for a warning.
+    pub fn message(&self, e: &Expr) -> Result<(String, Vec<String>), String> {
+        let mut unset = Vec::new();
+        let text = match e {
+            Expr::Str(s) => self.interpolate_with(s, &mut |name| {
+                unset.push(name.to_string());
+                Ok(())
+            })?,
+            Expr::Var(v) if self.get(v).is_none() => {
+                unset.push(v.clone());
+                String::new()
+            }
+            other => self.text(other)?,
+        };
+        Ok((text, unset))
+    }
+
+    /// [`Vars::interpolate`], with `unset` deciding what a variable that is
+    /// not set does (it reads as nothing when `unset` returns `Ok`).
+    fn interpolate_with(
+        &self,
+        s: &str,
+        unset: &mut dyn FnMut(&str) -> Result<(), String>,
+    ) -> Result<String, String> {
         let mut out = String::new();
         let chars: Vec<char> = s.chars().collect();
         let mut i = 0;
@@ -183,7 +212,7 @@ impl Vars {
                     match self.get(&name) {
                         Some(Value::Text(t)) => out.push_str(t),
                         Some(Value::Random(d)) => out.push_str(&format!("{d:?}")),
-                        None => return Err(format!("variable ${name} is not set")),
+                        None => unset(&name)?,
                     }
                     i = if braced && chars.get(j) == Some(&'}') {
                         j + 1

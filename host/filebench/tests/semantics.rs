@@ -579,3 +579,28 @@ fn constructs_not_honoured_warn_once_with_file_and_line() {
         assert_eq!(err.matches(&want).count(), 1, "{want} in:\n{err}");
     }
 }
+
+/// As in Filebench's shipped makedirs.f and fivestreamread.f: a fileset of
+/// leaf directories only needs no `entries`, and a message naming a
+/// variable that is not set is printed (the variable as nothing), not an
+/// error.
+#[test]
+fn leafdir_filesets_need_no_entries_and_messages_tolerate_unset_variables() {
+    let dir = tmpdir("leafdirs");
+    let (e, r) = run(
+        &dir,
+        "set $ndirs=20\n\
+         define fileset name=dirs,path=$dir,size=0,leafdirs=$ndirs,dirwidth=5\n\
+         usage \"       set $directio=<bool> defaults to $directio\"\n\
+         echo \"dirs loaded $nosuchvar\"\n\
+         define process name=p\n{\n thread name=t\n {\n\
+          flowop makedir name=mk,filesetname=dirs\n }\n}\n\
+         run 1\n",
+    );
+    r.unwrap();
+    let made = flowop_ops(&e, "mk");
+    assert_eq!(
+        made, 20,
+        "every leaf directory made once, then out of resources"
+    );
+}

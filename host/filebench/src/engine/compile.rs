@@ -34,12 +34,12 @@ impl Engine {
                 return Err(self.err(line, format!("size='{t}' is not a number")));
             }
         }
+        // No entries: none (Filebench's default), as for a fileset of leaf
+        // directories only (makedir/removedir).
         let entries = if is_file {
             1
         } else {
-            num("entries")?
-                .ok_or_else(|| self.err(line, format!("fileset {name} needs entries=…")))?
-                as u64
+            num("entries")?.unwrap_or(0.0) as u64
         };
         let prealloc = match attrs.get("prealloc") {
             None => None,

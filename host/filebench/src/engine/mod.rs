@@ -245,11 +245,13 @@ impl Engine {
                     self.runs.push(r);
                 }
                 StmtKind::Echo(e) => {
-                    let t = self.vars.text(e).map_err(ev)?;
+                    let t = self.message(line, e);
+                    let t = t.map_err(|e| Error::run(&self.file, line, e))?;
                     self.say(t);
                 }
                 StmtKind::Usage(e) => {
-                    let t = self.vars.text(e).map_err(ev)?;
+                    let t = self.message(line, e);
+                    let t = t.map_err(|e| Error::run(&self.file, line, e))?;
                     self.usage.push(t);
                 }
                 StmtKind::EnableLathist => self.lathist = true,
@@ -306,6 +308,21 @@ impl Engine {
             StmtKind::Unhonoured { what, why } => self.warn(line, what, why),
             _ => {}
         }
+    }
+
+    /// A message's text; a variable that is not set reads as nothing, with
+    /// one warning.
+    fn message(&mut self, line: usize, e: &crate::ast::Expr) -> Result<String, String> {
+        let (text, unset) = self.vars.message(e)?;
+        for name in unset {
+            let what = format!("${name}");
+            self.warn(
+                line,
+                &what,
+                "not set; printed as nothing (Filebench prints the message too)",
+            );
+        }
+        Ok(text)
     }
 
     /// One warning per line and construct: `file:line: what: why`.
