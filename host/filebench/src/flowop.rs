@@ -575,24 +575,16 @@ impl Worker {
                 }
                 Ok(got as u64)
             }
-            AioWrite => {
+            Write | AioWrite => {
                 let key = self.ensure_slot(i)?;
                 let want = self.io_size(i);
                 let n = self.claim(i, want)? as usize;
                 let off = self.next_offset(i, key, n as u64);
-                self.aio_write(i, key, n, off)?;
-                if let Some(s) = self.slots.get_mut(&key) {
-                    s.offset = off + n as u64;
-                    s.size = s.size.max(s.offset);
+                if kind == AioWrite {
+                    self.aio_write(i, key, n, off)?;
+                } else {
+                    self.write_at(i, key, n, off)?;
                 }
-                Ok(n as u64)
-            }
-            Write => {
-                let key = self.ensure_slot(i)?;
-                let want = self.io_size(i);
-                let n = self.claim(i, want)? as usize;
-                let off = self.next_offset(i, key, n as u64);
-                self.write_at(i, key, n, off)?;
                 if let Some(s) = self.slots.get_mut(&key) {
                     s.offset = off + n as u64;
                     s.size = s.size.max(s.offset);
