@@ -83,7 +83,11 @@ EXIT STATUS:
     1   a runtime error ended serving (the message says what failed)
     2   invalid command line
     3   set-up failed: shared directory, socket, sandbox or seccomp, or (with
-        --handover-from) the predecessor's state was refused";
+        --handover-from) the predecessor's state was refused
+    128+N
+        the daemon was ended by signal N (with --sandbox namespace the started
+        process supervises the daemon in its PID namespace, passes TERM, INT,
+        HUP, QUIT, USR1 and USR2 on, and exits with the daemon's status)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InodeFileHandles {

@@ -6,7 +6,9 @@
 //! - 0: the front-end disconnected, or the connection was handed over;
 //! - 1: a runtime error ended serving;
 //! - 2: invalid command line;
-//! - 3: set-up failed (shared directory, socket, sandbox, seccomp, restore).
+//! - 3: set-up failed (shared directory, socket, sandbox, seccomp, restore);
+//! - 128 + N: ended by signal N (the PID-namespace supervisor passes the
+//!   daemon's status on).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
