@@ -8,13 +8,12 @@
 //! changes the tables meanwhile.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::state::{FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs};
 use super::table::{InodeKey, RestoredInode};
-use super::upgrade::component;
-use super::{Error, PassthroughFs};
+use super::upgrade::{component, open_path};
+use super::{dirents, Error, PassthroughFs};
 use crate::filesystem::ROOT_ID;
 use crate::sys;
 
@@ -190,18 +189,11 @@ impl PassthroughFs {
             if n == 0 {
                 return Ok(names);
             }
-            let mut pos = 0;
-            while let Some(rec) = buf.get(pos..n).filter(|r| r.len() >= 19) {
-                let reclen = usize::from(u16::from_ne_bytes([rec[16], rec[17]]));
-                let Some(rec) = rec.get(..reclen).filter(|_| reclen >= 19) else {
-                    return Ok(names);
-                };
-                let raw = &rec[19..];
-                let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
-                if name != b"." && name != b".." {
-                    names.push(name.to_vec());
+            for ent in dirents(&buf[..n]) {
+                let Ok(ent) = ent else { return Ok(names) };
+                if ent.name != b"." && ent.name != b".." {
+                    names.push(ent.name.to_vec());
                 }
-                pos += reclen;
             }
         }
     }
@@ -417,24 +409,4 @@ fn check_ids(st: &MigrationFs) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-/// Opens `path` (relative to `root`) one component at a time, following no
-/// symlink and refusing `..`: an `O_PATH` descriptor of the last component.
-fn open_path(root: BorrowedFd<'_>, path: &[u8]) -> std::io::Result<OwnedFd> {
-    let einval = || std::io::Error::from_raw_os_error(libc::EINVAL);
-    let parts: Vec<CString> = path
-        .split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .map(|c| component(c).ok_or_else(einval))
-        .collect::<Result<_, _>>()?;
-    let (last, dirs) = parts.split_last().ok_or_else(einval)?;
-    let mut held: Option<OwnedFd> = None;
-    for c in dirs {
-        let dir = held.as_ref().map_or(root, |f| f.as_fd());
-        let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
-        held = Some(sys::openat(dir, c, flags, 0)?);
-    }
-    let dir = held.as_ref().map_or(root, |f| f.as_fd());
-    sys::openat(dir, last, libc::O_PATH | libc::O_NOFOLLOW, 0)
 }

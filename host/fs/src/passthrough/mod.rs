@@ -163,6 +163,32 @@ fn err(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
 }
 
+/// The `struct linux_dirent64` records of a `getdents64()` buffer, in
+/// order; an impossible record length is EIO (and ends the records).
+fn dirents(buf: &[u8]) -> impl Iterator<Item = io::Result<DirEntry<'_>>> {
+    let mut pos = 0;
+    let mut broken = false;
+    std::iter::from_fn(move || {
+        let rec = buf.get(pos..).filter(|r| r.len() >= 19 && !broken)?;
+        // u64 ino, i64 off, u16 reclen, u8 type, NUL-terminated name.
+        let ino = u64::from_ne_bytes(rec[0..8].try_into().unwrap_or_default());
+        let off = u64::from_ne_bytes(rec[8..16].try_into().unwrap_or_default());
+        let reclen = usize::from(u16::from_ne_bytes([rec[16], rec[17]]));
+        let Some(rec) = rec.get(..reclen).filter(|_| reclen >= 19) else {
+            broken = true;
+            return Some(Err(err(libc::EIO)));
+        };
+        pos += reclen;
+        let raw = &rec[19..];
+        Some(Ok(DirEntry {
+            ino,
+            off,
+            typ: u32::from(rec[18]),
+            name: &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())],
+        }))
+    })
+}
+
 /// A SETATTR time for `utimensat()`.
 fn timespec(t: Option<SetTime>) -> io::Result<libc::timespec> {
     let (tv_sec, tv_nsec) = match t {
@@ -875,28 +901,10 @@ impl PassthroughFs {
             if n == 0 {
                 return Ok(());
             }
-            let mut pos = 0;
-            while let Some(rec) = buf.get(pos..n).filter(|r| r.len() >= 19) {
-                // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name.
-                let ino = u64::from_ne_bytes(rec[0..8].try_into().unwrap_or_default());
-                let off = u64::from_ne_bytes(rec[8..16].try_into().unwrap_or_default());
-                let reclen = u16::from_ne_bytes(rec[16..18].try_into().unwrap_or_default());
-                let reclen = usize::from(reclen);
-                let Some(rec) = rec.get(..reclen).filter(|_| reclen >= 19) else {
-                    return Err(err(libc::EIO));
-                };
-                let raw = &rec[19..];
-                let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
-                let ent = DirEntry {
-                    ino,
-                    off,
-                    typ: u32::from(rec[18]),
-                    name,
-                };
-                if !f(&ent) {
+            for ent in dirents(&buf[..n]) {
+                if !f(&ent?) {
                     return Ok(());
                 }
-                pos += reclen;
             }
         }
     }

@@ -216,29 +216,31 @@ impl PassthroughFs {
 }
 
 /// Device and inode of `path` (absolute or relative) looked up below `root`
-/// one component at a time: no symlink followed, no `..`, nothing empty.
+/// as [`open_path`] does.
 fn walk_from(root: BorrowedFd<'_>, path: &[u8]) -> Option<(u64, u64)> {
-    let parts: Vec<&[u8]> = path
+    let fd = open_path(root, path).ok()?;
+    let st = sys::stat_fd(fd.as_fd()).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
+/// Opens `path` (relative to `root`) one component at a time, following no
+/// symlink and refusing `..`: an `O_PATH` descriptor of the last component.
+pub(super) fn open_path(root: BorrowedFd<'_>, path: &[u8]) -> std::io::Result<OwnedFd> {
+    let einval = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let parts: Vec<CString> = path
         .split(|&b| b == b'/')
         .filter(|c| !c.is_empty())
-        .collect();
-    let (last, dirs) = parts.split_last()?;
+        .map(|c| component(c).ok_or_else(einval))
+        .collect::<Result<_, _>>()?;
+    let (last, dirs) = parts.split_last().ok_or_else(einval)?;
     let mut held: Option<OwnedFd> = None;
     for c in dirs {
-        let name = component(c)?;
         let dir = held.as_ref().map_or(root, |f| f.as_fd());
-        let next = sys::openat(
-            dir,
-            &name,
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
-            0,
-        )
-        .ok()?;
-        held = Some(next);
+        let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
+        held = Some(sys::openat(dir, c, flags, 0)?);
     }
     let dir = held.as_ref().map_or(root, |f| f.as_fd());
-    let st = sys::fstatat(dir, &component(last)?, libc::AT_SYMLINK_NOFOLLOW).ok()?;
-    Some((st.st_dev, st.st_ino))
+    sys::openat(dir, last, libc::O_PATH | libc::O_NOFOLLOW, 0)
 }
 
 pub(super) fn component(c: &[u8]) -> Option<CString> {
