@@ -200,7 +200,7 @@ impl Device {
     /// Restarts the running workers so that they log (or stop logging) as
     /// now configured. Only at the start and end of a migration.
     fn relog(&mut self) -> Result<()> {
-        if self.vrings.iter().any(Vring::is_running) {
+        if !self.suspended() {
             self.quiesce();
             self.resume()?;
         }
