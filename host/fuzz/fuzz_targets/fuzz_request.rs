@@ -13,11 +13,14 @@
 
 #![no_main]
 
+#[path = "init.rs"]
+mod init;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use xvfs_fs::abi::{self, opcode, Wire};
+use xvfs_fs::abi::{self, Wire};
 use xvfs_fs::filesystem::FileSystem;
 use xvfs_fs::io::{SliceReader, VecWriter};
 use xvfs_fs::memfs::MemFs;
@@ -101,22 +104,7 @@ fn run<F: FileSystem>(srv: &Server<F>, req: &[u8], room: usize) {
 }
 
 fn init<F: FileSystem>(srv: &Server<F>) {
-    let i = abi::InitIn {
-        major: 7,
-        minor: 41,
-        max_readahead: 1 << 17,
-        flags: u32::MAX,
-        flags2: u32::MAX,
-        unused: [0; 11],
-    };
-    let body = i.to_bytes();
-    let h = abi::InHeader {
-        len: (abi::InHeader::SIZE + body.len()) as u32,
-        opcode: opcode::INIT,
-        unique: 1,
-        ..Default::default()
-    };
-    run(srv, &[h.to_bytes(), body].concat(), ROOM);
+    run(srv, &init::init_request(), ROOM);
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -14,12 +14,14 @@
 
 #![no_main]
 
+#[path = "init.rs"]
+mod init;
+
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic};
-use xvfs_fs::abi::{self, opcode, Wire};
 use xvfs_fs::io::{SliceReader, VecWriter};
 use xvfs_fs::{CachePolicy, Config, PassthroughFs, PassthroughServer, Server};
 use xvirtiofsd::mem::GuestMemoryMmap;
@@ -50,22 +52,7 @@ fn server() -> Arc<PassthroughServer> {
         };
         let srv = Server::new(PassthroughFs::new(cfg).expect("passthrough fs"));
         // A session, so that requests past INIT reach the file system.
-        let init = abi::InitIn {
-            major: 7,
-            minor: 41,
-            max_readahead: 1 << 17,
-            flags: u32::MAX,
-            flags2: u32::MAX,
-            unused: [0; 11],
-        }
-        .to_bytes();
-        let h = abi::InHeader {
-            len: (abi::InHeader::SIZE + init.len()) as u32,
-            opcode: opcode::INIT,
-            unique: 1,
-            ..Default::default()
-        };
-        let req = [h.to_bytes(), init].concat();
+        let req = init::init_request();
         srv.handle(&mut SliceReader::new(&req), &mut VecWriter::new(4096));
         Arc::new(srv)
     }))
