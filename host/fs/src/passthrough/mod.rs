@@ -507,7 +507,7 @@ impl PassthroughFs {
     }
 
     pub(crate) fn forget(&self, id: u64, n: u64) {
-        if self.inodes.get(id).is_none() {
+        if !self.inodes.forget(id, n) {
             let mut lost = self.lost_lock();
             if let Some(refs) = lost.inodes.get_mut(&id) {
                 *refs = refs.saturating_sub(n);
@@ -515,9 +515,7 @@ impl PassthroughFs {
                     lost.inodes.remove(&id);
                 }
             }
-            return;
         }
-        self.inodes.forget(id, n);
     }
 
     pub(crate) fn getattr(&self, id: u64) -> io::Result<Stat> {

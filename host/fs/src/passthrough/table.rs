@@ -198,12 +198,13 @@ impl InodeTable {
 
     /// Drops `n` lookups of `id`; the inode (and its descriptor, once no request
     /// uses it any more) goes away at zero. The root is never forgotten.
-    pub fn forget(&self, id: u64, n: u64) {
+    /// False when `id` is not in the table.
+    pub fn forget(&self, id: u64, n: u64) -> bool {
         if id == ROOT_ID {
-            return;
+            return true;
         }
         let Some(inode) = self.get(id) else {
-            return;
+            return false;
         };
         let mut keys = lock(&self.by_key[key_shard(inode.key)]);
         let left = inode.refs().saturating_sub(n);
@@ -214,6 +215,7 @@ impl InodeTable {
             }
             write(&self.by_id[id_shard(id)]).remove(&id);
         }
+        true
     }
 
     /// Forgets every inode but the root.
