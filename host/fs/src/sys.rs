@@ -490,3 +490,24 @@ pub fn open_by_handle(
     // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// Maps `len` bytes of `fd` shared, read-write (the crash-restart journal).
+/// The mapping is never unmapped.
+pub fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a new mapping chosen by the kernel; no existing memory is
+    // affected. The result is checked against MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len.max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
