@@ -178,6 +178,10 @@ pub trait FileSystem: Send + Sync {
     /// handle.
     fn destroy(&self) {}
 
+    /// The session the server now speaks (None: none), after INIT, DESTROY
+    /// or a resume: for a file system that records it (crash restart).
+    fn session_changed(&self, session: Option<crate::SessionState>) {}
+
     /// LOOKUP `name` in `parent` (`.` and `..` included).
     fn lookup(&self, ctx: Context, parent: u64, name: &CStr) -> io::Result<Entry> {
         nosys()

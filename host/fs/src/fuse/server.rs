@@ -66,6 +66,8 @@ pub struct Server<F> {
     fs: F,
     caps: Capabilities,
     session: Session,
+    /// Every request is answered with this errno (0: served normally).
+    refuse: std::sync::atomic::AtomicI32,
 }
 
 impl<F: FileSystem> Server<F> {
@@ -77,7 +79,16 @@ impl<F: FileSystem> Server<F> {
             fs,
             caps,
             session: Session::default(),
+            refuse: std::sync::atomic::AtomicI32::new(0),
         }
+    }
+
+    /// Answers every request from now on with `errno`, touching nothing
+    /// (a crash-restart holder that gave up: the guest gets errors, never
+    /// a hang). FORGET and the like still get no reply.
+    pub fn refuse_all(&self, errno: i32) {
+        self.refuse
+            .store(errno, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The file system.
@@ -102,6 +113,7 @@ impl<F: FileSystem> Server<F> {
         s.validate(self.caps.init_flags)?;
         self.session.start(s);
         self.fs.resume(s.flags);
+        self.fs.session_changed(Some(s));
         Ok(())
     }
 
@@ -121,6 +133,14 @@ impl<F: FileSystem> Server<F> {
             h.opcode,
             opcode::FORGET | opcode::BATCH_FORGET | opcode::INTERRUPT
         );
+        let refuse = self.refuse.load(std::sync::atomic::Ordering::Relaxed);
+        if refuse != 0 {
+            return if no_reply {
+                0
+            } else {
+                reply_error(w, h.unique, refuse)
+            };
+        }
         match self.handle_checked(&h, r, w) {
             Ok(n) => n,
             Err(e) => {
@@ -235,6 +255,7 @@ impl<F: FileSystem> Server<F> {
         b.end()?;
         self.session.end();
         self.fs.destroy();
+        self.fs.session_changed(None);
         reply_ok(w, h.unique, &[])
     }
 
@@ -280,6 +301,7 @@ impl<F: FileSystem> Server<F> {
         self.session.end();
         self.fs.init(flags);
         self.session.start(SessionState { minor, flags });
+        self.fs.session_changed(Some(SessionState { minor, flags }));
         log::info!(
             "FUSE session started: protocol 7.{minor}, flags {flags:#x} (guest offered {kernel:#x})"
         );

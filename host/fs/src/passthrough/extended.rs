@@ -98,19 +98,32 @@ impl PassthroughFs {
         }
         let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
-        sys::fsetxattr(fd.as_fd(), name, value, flags)
+        super::replayed(sys::fsetxattr(fd.as_fd(), name, value, flags), libc::EEXIST)
     }
 
     pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
         let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
-        sys::fremovexattr(fd.as_fd(), name)
+        super::replayed(sys::fremovexattr(fd.as_fd(), name), libc::ENODATA)
     }
 
     pub(crate) fn fallocate(&self, fh: u64, mode: u32, offset: u64, len: u64) -> io::Result<()> {
         self.writable()?;
-        sys::fallocate(self.handle(fh)?.fd(), mode as i32, offset, len)
+        let h = self.handle(fh)?;
+        let mode = mode as i32;
+        // Inserting or collapsing a range twice is not the same as once:
+        // the size before tells a replay whether it happened.
+        let shifts = mode & (libc::FALLOC_FL_INSERT_RANGE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0;
+        if shifts && crate::journal::journaling() {
+            crate::journal::note_aux(sys::stat_fd(h.fd())?.st_size as u64);
+        }
+        if let Some(before) = crate::journal::replaying().filter(|_| shifts) {
+            if sys::stat_fd(h.fd())?.st_size as u64 != before {
+                return Ok(());
+            }
+        }
+        sys::fallocate(h.fd(), mode, offset, len)
     }
 
     pub(crate) fn lseek(&self, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {

@@ -34,6 +34,10 @@ impl FileSystem for PassthroughFs {
         self.end_session();
     }
 
+    fn session_changed(&self, session: Option<crate::SessionState>) {
+        self.journal_session(session);
+    }
+
     fn lookup(&self, _: Ctx, parent: u64, name: &CStr) -> io::Result<Entry> {
         PassthroughFs::lookup(self, parent, name)
     }
@@ -156,6 +160,17 @@ impl FileSystem for PassthroughFs {
         source: &mut dyn DataSource,
     ) -> io::Result<usize> {
         let handle = self.handle(fh)?;
+        // An append lands at the end, wherever that is: the size before tells
+        // a replay whether it happened (a positioned write is the same twice).
+        let append = handle.flags & libc::O_APPEND != 0;
+        if append && crate::journal::journaling() {
+            crate::journal::note_aux(crate::sys::stat_fd(handle.fd())?.st_size as u64);
+        }
+        if let Some(before) = crate::journal::replaying().filter(|_| append) {
+            if crate::sys::stat_fd(handle.fd())?.st_size as u64 >= before + size as u64 {
+                return Ok(size);
+            }
+        }
         let mut done = 0usize;
         while done < size {
             let off = offset

@@ -208,6 +208,17 @@ impl PassthroughFs {
         st: &MigrationFs,
         abort_on_error: bool,
     ) -> Result<LoadReport, Error> {
+        self.load_tables(st, abort_on_error, &HashMap::new())
+    }
+
+    /// [`PassthroughFs::load_migration`], where each node found in
+    /// `expect` must open the file of that host identity (else it is lost).
+    pub(super) fn load_tables(
+        &self,
+        st: &MigrationFs,
+        abort_on_error: bool,
+        expect: &HashMap<u64, InodeKey>,
+    ) -> Result<LoadReport, Error> {
         check_ids(st)?;
         self.end_session();
         let mut report = LoadReport::default();
@@ -228,7 +239,7 @@ impl PassthroughFs {
                     Resolve::Failed(why) => {
                         failed.insert(m.id, why);
                     }
-                    Resolve::Opened(fd) => match self.check_opened(m, fd, &mut keys) {
+                    Resolve::Opened(fd) => match self.check_opened(m, fd, &mut keys, expect) {
                         Ok(r) => {
                             opened.insert(m.id, r);
                         }
@@ -317,6 +328,7 @@ impl PassthroughFs {
         m: &MigratedInode,
         fd: OwnedFd,
         keys: &mut HashSet<InodeKey>,
+        expect: &HashMap<u64, InodeKey>,
     ) -> Result<RestoredInode, String> {
         let st = sys::stat_fd(fd.as_fd()).map_err(|e| format!("cannot stat: {e}"))?;
         let file_type = st.st_mode & libc::S_IFMT;
@@ -333,6 +345,9 @@ impl PassthroughFs {
             return Err("file handle names a file outside the shared directory".into());
         }
         let key = (st.st_dev, st.st_ino);
+        if expect.get(&m.id).is_some_and(|&k| k != key) {
+            return Err("its name now leads to another file".into());
+        }
         if !keys.insert(key) {
             return Err("another node names the same file".into());
         }

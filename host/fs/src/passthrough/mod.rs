@@ -29,6 +29,8 @@
 //! applied the caller's umask to every mode; [`PassthroughFs::new`] therefore
 //! sets the process umask to 0 so the host does not mask a second time.
 
+mod config;
+mod crash;
 mod creds;
 mod extended;
 mod fs_impl;
@@ -41,10 +43,8 @@ mod xattrmap;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use self::creds::CredGuard;
 pub use self::migrate::{LoadReport, SaveOptions};
@@ -54,113 +54,25 @@ use crate::abi::{flags as fflags, fopen, init_flags};
 use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
 
-/// How much the guest may cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CachePolicy {
-    /// Nothing: entry/attr timeouts 0, file I/O with FOPEN_DIRECT_IO.
-    Never,
-    /// Metadata for a day, data not at all (FOPEN_DIRECT_IO).
-    Metadata,
-    /// Metadata for 1 s; data cached while unchanged (close-to-open).
-    #[default]
-    Auto,
-    /// Everything for a day; page cache kept across opens (FOPEN_KEEP_CACHE).
-    Always,
-}
-
-impl CachePolicy {
-    /// Entry and attribute timeout.
-    pub fn timeout(self) -> Duration {
-        match self {
-            CachePolicy::Never => Duration::ZERO,
-            CachePolicy::Auto => Duration::from_secs(1),
-            CachePolicy::Metadata | CachePolicy::Always => Duration::from_secs(86400),
-        }
-    }
-}
-
-/// Configuration of a [`PassthroughFs`].
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The shared directory.
-    pub root_dir: PathBuf,
-    /// Cache policy.
-    pub cache: CachePolicy,
-    /// Serve extended attributes (else the xattr requests get ENOSYS).
-    pub xattr: bool,
-    /// Refuse every change with EROFS.
-    pub readonly: bool,
-    /// Offer FUSE_WRITEBACK_CACHE.
-    pub writeback: bool,
-    /// Honour O_DIRECT from the guest (else it is dropped).
-    pub allow_direct_io: bool,
-    /// Keep O_NOATIME from the guest (else it is dropped, as virtiofsd does
-    /// without `--preserve-noatime`: an unprivileged daemon would get EPERM
-    /// for files it does not own).
-    pub preserve_noatime: bool,
-    /// Offer READDIRPLUS.
-    pub readdirplus: bool,
-    /// The most inodes plus open handles held at once (each holds a host
-    /// descriptor); past it LOOKUP, CREATE, OPEN, ... get EMFILE. 0: no cap.
-    pub max_open: usize,
-    /// `--xattrmap`: how attribute names are translated (None: unchanged).
-    pub xattrmap: Option<XattrMap>,
-    /// `--no-device-nodes`: MKNOD of a character or block device gets EPERM.
-    pub no_device_nodes: bool,
-    /// `--no-setid`: the guest can make no setuid or setgid file (the bits
-    /// are dropped from created files' modes and from chmod, and cleared
-    /// after a chown; a directory keeps its setgid bit, which only makes
-    /// new entries inherit its group).
-    pub no_setid: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            root_dir: PathBuf::from("/"),
-            cache: CachePolicy::Auto,
-            xattr: false,
-            readonly: false,
-            writeback: false,
-            allow_direct_io: true,
-            readdirplus: true,
-            preserve_noatime: false,
-            max_open: 0,
-            xattrmap: None,
-            no_device_nodes: false,
-            no_setid: false,
-        }
-    }
-}
-
-/// Errors of construction and restore.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The shared directory could not be opened.
-    #[error("cannot open the shared directory {path:?}")]
-    OpenRoot {
-        /// The configured path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
-    /// `/proc/self/fd` could not be opened.
-    #[error("cannot open /proc/self/fd")]
-    OpenProc(#[source] io::Error),
-    /// The shared directory could not be examined.
-    #[error("cannot stat the shared directory")]
-    StatRoot(#[source] io::Error),
-    /// A restored state is inconsistent or does not match its descriptors.
-    #[error("invalid saved state: {0}")]
-    InvalidState(String),
-}
+pub use self::config::{CachePolicy, Config, Error};
 
 use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
 pub use crate::filesystem::{DirEntry, Entry, XattrReply};
 
 fn err(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
+}
+
+/// Replaying a request whose outcome the crash left unknown
+/// (`docs/crash-restart.md`): `errno` means the crashed process had done it,
+/// so it is the success the guest was owed.
+fn replayed(res: io::Result<()>, errno: i32) -> io::Result<()> {
+    match res {
+        Err(e) if e.raw_os_error() == Some(errno) && crate::journal::replaying().is_some() => {
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 /// The `struct linux_dirent64` records of a `getdents64()` buffer, in
@@ -398,11 +310,12 @@ impl PassthroughFs {
 
     fn do_lookup(&self, parent: &Inode, name: &CStr) -> io::Result<Entry> {
         let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        self.insert_fd(fd)
+        self.insert_fd(fd, Some((parent.id, name.to_bytes())))
     }
 
-    /// Registers the `O_PATH` descriptor `fd` (one lookup).
-    fn insert_fd(&self, fd: OwnedFd) -> io::Result<Entry> {
+    /// Registers the `O_PATH` descriptor `fd` (one lookup), reached through
+    /// `origin` (parent and name) if by name.
+    fn insert_fd(&self, fd: OwnedFd, origin: table::Origin<'_>) -> io::Result<Entry> {
         let st = sys::stat_fd(fd.as_fd())?;
         let inode = self
             .inodes
@@ -411,6 +324,7 @@ impl PassthroughFs {
                 (st.st_dev, st.st_ino),
                 st.st_mode & libc::S_IFMT,
                 || self.room(1).is_ok(),
+                origin,
             )
             .ok_or_else(|| err(libc::EMFILE))?;
         Ok(Entry {
@@ -421,10 +335,10 @@ impl PassthroughFs {
     }
 
     /// Registers the inode behind an open regular file (CREATE, TMPFILE).
-    fn insert_open_file(&self, file: &OwnedFd) -> io::Result<Entry> {
+    fn insert_open_file(&self, file: &OwnedFd, origin: table::Origin<'_>) -> io::Result<Entry> {
         let name = sys::fd_name(file.as_raw_fd());
         let path = sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0)?;
-        self.insert_fd(path)
+        self.insert_fd(path, origin)
     }
 
     /// Sanitizes guest open flags.
@@ -612,7 +526,7 @@ impl PassthroughFs {
         let p = self.dir(parent)?;
         {
             let _c = self.creds(ctx)?;
-            sys::symlinkat(target, p.fd(), name)?;
+            replayed(sys::symlinkat(target, p.fd(), name), libc::EEXIST)?;
         }
         self.do_lookup(&p, name)
     }
@@ -648,12 +562,13 @@ impl PassthroughFs {
         let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
         {
             let _c = self.creds(ctx)?;
-            sys::mknodat(
+            let made = sys::mknodat(
                 p.fd(),
                 name,
                 kind | self.guest_mode(kind, mode),
                 sys::makedev(major, minor),
-            )?;
+            );
+            replayed(made, libc::EEXIST)?;
         }
         self.do_lookup(&p, name)
     }
@@ -663,7 +578,8 @@ impl PassthroughFs {
         let p = self.dir(parent)?;
         {
             let _c = self.creds(ctx)?;
-            sys::mkdirat(p.fd(), name, self.guest_mode(libc::S_IFDIR, mode))?;
+            let made = sys::mkdirat(p.fd(), name, self.guest_mode(libc::S_IFDIR, mode));
+            replayed(made, libc::EEXIST)?;
         }
         self.do_lookup(&p, name)
     }
@@ -671,7 +587,8 @@ impl PassthroughFs {
     pub(crate) fn unlink(&self, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
         self.writable()?;
         let p = self.dir(parent)?;
-        sys::unlinkat(p.fd(), name, if dir { libc::AT_REMOVEDIR } else { 0 })
+        let res = sys::unlinkat(p.fd(), name, if dir { libc::AT_REMOVEDIR } else { 0 });
+        replayed(res, libc::ENOENT)
     }
 
     pub(crate) fn rename(
@@ -690,6 +607,27 @@ impl PassthroughFs {
         }
         let o = self.dir(olddir)?;
         let n = self.dir(newdir)?;
+        let exchange = flags & fflags::RENAME_EXCHANGE != 0;
+        let ino_of = |d: &Inode, name: &CStr| {
+            sys::fstatat(d.fd(), name, libc::AT_SYMLINK_NOFOLLOW).map(|st| st.st_ino)
+        };
+        if exchange && crate::journal::journaling() {
+            // Which file the old name holds tells, on a replay, whether
+            // the exchange happened.
+            crate::journal::note_aux(ino_of(&o, oldname).unwrap_or(0));
+        }
+        if let Some(before) = crate::journal::replaying() {
+            let old = ino_of(&o, oldname);
+            let done = if exchange {
+                old.is_ok_and(|ino| before != 0 && ino != before)
+            } else {
+                // Moved: the old name is gone and the new one exists.
+                old.is_err() && ino_of(&n, newname).is_ok()
+            };
+            if done {
+                return Ok(());
+            }
+        }
         sys::renameat2(o.fd(), oldname, n.fd(), newname, flags)
     }
 
@@ -701,7 +639,7 @@ impl PassthroughFs {
         }
         let p = self.dir(newparent)?;
         let res = sys::linkat(inode.fd(), c"", p.fd(), newname, libc::AT_EMPTY_PATH);
-        match res {
+        let res = match res {
             // Without CAP_DAC_READ_SEARCH, AT_EMPTY_PATH fails with ENOENT; a
             // regular file can then be linked through its /proc/self/fd name.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && inode.is_reg() => {
@@ -712,10 +650,11 @@ impl PassthroughFs {
                     p.fd(),
                     newname,
                     libc::AT_SYMLINK_FOLLOW,
-                )?
+                )
             }
-            r => r?,
-        }
+            r => r,
+        };
+        replayed(res, libc::EEXIST)?;
         self.do_lookup(&p, newname)
     }
 
@@ -773,7 +712,9 @@ impl PassthroughFs {
         // A new inode and a handle: refused before anything is created.
         self.room(2)?;
         let flags = self.open_flags(guest_flags);
-        let excl = guest_flags as i32 & libc::O_EXCL != 0;
+        // A replayed exclusive create may find the file it made before the
+        // crash: it opens it (the guest never saw it, so nothing was lost).
+        let excl = guest_flags as i32 & libc::O_EXCL != 0 && crate::journal::replaying().is_none();
         let created = {
             let _c = self.creds(ctx)?;
             sys::openat(
@@ -784,7 +725,10 @@ impl PassthroughFs {
             )
         };
         let (entry, fd) = match created {
-            Ok(fd) => (self.insert_open_file(&fd)?, fd),
+            Ok(fd) => (
+                self.insert_open_file(&fd, Some((parent, name.to_bytes())))?,
+                fd,
+            ),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !excl => {
                 // It exists: open it like OPEN would, but check access as the
                 // caller (the guest believes it is creating the file and checks
@@ -849,7 +793,7 @@ impl PassthroughFs {
                 self.guest_mode(libc::S_IFREG, mode),
             )?
         };
-        let entry = self.insert_open_file(&fd)?;
+        let entry = self.insert_open_file(&fd, None)?;
         let fh = self.handles.insert(entry.inode, fd, flags);
         Ok((entry, fh, self.file_open_flags()))
     }
@@ -858,7 +802,7 @@ impl PassthroughFs {
         if self.handles.remove(fh).is_some() || self.lost_lock().handles.remove(&fh) {
             return Ok(());
         }
-        Err(err(libc::EBADF))
+        replayed(Err(err(libc::EBADF)), libc::EBADF)
     }
 
     pub(crate) fn flush(&self, fh: u64) -> io::Result<()> {

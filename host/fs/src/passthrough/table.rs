@@ -22,10 +22,12 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::filesystem::ROOT_ID;
+use crate::journal::{Journal, NodeOrigin, NO_SLOT};
+use crate::sys;
 
 /// Number of shards of each table.
 pub const SHARDS: usize = 16;
@@ -70,9 +72,16 @@ pub struct Inode {
     /// Generation reported with the node id.
     pub generation: u64,
     refs: AtomicU64,
+    /// Its crash-restart journal slot ([`NO_SLOT`]: not journaled).
+    slot: AtomicU32,
 }
 
 impl Inode {
+    /// Its journal slot.
+    pub fn slot(&self) -> u32 {
+        self.slot.load(Ordering::Relaxed)
+    }
+
     /// Descriptor of the file (`O_PATH`).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -101,6 +110,26 @@ pub struct InodeTable {
     by_id: Vec<RwLock<HashMap<u64, Arc<Inode>>>>,
     by_key: Vec<Mutex<HashMap<InodeKey, u64>>>,
     next_id: AtomicU64,
+    journal: Option<&'static Journal>,
+}
+
+/// How a new node was reached: its parent and name, if by name.
+pub type Origin<'a> = Option<(u64, &'a [u8])>;
+
+/// Journals a new node: its file handle if the file system gives one, and
+/// where it was found.
+fn journal_node(j: &Journal, inode: &Inode, origin: Origin<'_>) -> u32 {
+    let handle = sys::handle_of(inode.fd()).ok();
+    j.add_node(
+        key_shard(inode.key),
+        inode.id,
+        inode.key,
+        inode.file_type,
+        &NodeOrigin {
+            handle: handle.as_ref().map(|(t, b)| (*t, &b[..])),
+            parent: origin,
+        },
+    )
 }
 
 impl InodeTable {
@@ -114,11 +143,35 @@ impl InodeTable {
                 file_type: libc::S_IFDIR,
                 generation: 0,
                 refs: AtomicU64::new(1),
+                slot: AtomicU32::new(NO_SLOT),
             }),
             by_id: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             by_key: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_id: AtomicU64::new(ROOT_ID + 1),
+            journal: None,
         }
+    }
+
+    /// Journals every change from now on. Inodes already in the table take
+    /// the slot `adopt` gives their id (a restored journal's), or a new one.
+    pub fn attach_journal(&mut self, j: &'static Journal, adopt: &HashMap<u64, u32>) {
+        self.journal = Some(j);
+        for inode in self.all() {
+            let slot = match adopt.get(&inode.id) {
+                Some(&s) => s,
+                None => {
+                    let s = journal_node(j, &inode, None);
+                    j.set_refs(s, inode.refs());
+                    s
+                }
+            };
+            inode.slot.store(slot, Ordering::Relaxed);
+        }
+    }
+
+    /// The journal, if attached.
+    pub fn journal(&self) -> Option<&'static Journal> {
+        self.journal
     }
 
     /// The root directory.
@@ -143,13 +196,17 @@ impl InodeTable {
         key: InodeKey,
         file_type: u32,
         may_add: impl FnOnce() -> bool,
+        origin: Origin<'_>,
     ) -> Option<Arc<Inode>> {
         if key == self.root.key {
             return Some(self.root.clone());
         }
         let mut keys = lock(&self.by_key[key_shard(key)]);
         if let Some(inode) = keys.get(&key).and_then(|id| self.get(*id)) {
-            inode.refs.fetch_add(1, Ordering::Relaxed);
+            let refs = inode.refs.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(j) = self.journal {
+                j.set_refs(inode.slot(), refs);
+            }
             return Some(inode);
         }
         if !may_add() {
@@ -163,7 +220,13 @@ impl InodeTable {
             file_type,
             generation: 0,
             refs: AtomicU64::new(1),
+            slot: AtomicU32::new(NO_SLOT),
         });
+        if let Some(j) = self.journal {
+            inode
+                .slot
+                .store(journal_node(j, &inode, origin), Ordering::Relaxed);
+        }
         write(&self.by_id[id_shard(id)]).insert(id, inode.clone());
         keys.insert(key, id);
         Some(inode)
@@ -190,6 +253,7 @@ impl InodeTable {
                 file_type,
                 generation,
                 refs: AtomicU64::new(refs),
+                slot: AtomicU32::new(NO_SLOT),
             }),
         );
         keys.insert(key, id);
@@ -209,6 +273,13 @@ impl InodeTable {
         let mut keys = lock(&self.by_key[key_shard(inode.key)]);
         let left = inode.refs().saturating_sub(n);
         inode.refs.store(left, Ordering::Relaxed);
+        if let Some(j) = self.journal {
+            if left == 0 {
+                j.remove_node(inode.slot());
+            } else {
+                j.set_refs(inode.slot(), left);
+            }
+        }
         if left == 0 {
             if keys.get(&inode.key) == Some(&id) {
                 keys.remove(&inode.key);
@@ -223,6 +294,9 @@ impl InodeTable {
         for (keys, ids) in self.by_key.iter().zip(&self.by_id) {
             lock(keys).clear();
             write(ids).clear();
+        }
+        if let Some(j) = self.journal {
+            j.clear_tables();
         }
     }
 
@@ -283,6 +357,7 @@ pub struct Handle {
     pub flags: i32,
     /// Serializes READDIR on a directory handle (it moves the file position).
     pub dir_lock: Mutex<()>,
+    slot: AtomicU32,
 }
 
 impl Handle {
@@ -297,6 +372,7 @@ impl Handle {
 pub struct HandleTable {
     shards: Vec<RwLock<HashMap<u64, Arc<Handle>>>>,
     next: AtomicU64,
+    journal: Option<&'static Journal>,
 }
 
 impl Default for HandleTable {
@@ -304,11 +380,25 @@ impl Default for HandleTable {
         HandleTable {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             next: AtomicU64::new(1),
+            journal: None,
         }
     }
 }
 
 impl HandleTable {
+    /// Journals every change from now on; handles already open take the
+    /// slot `adopt` gives them, or a new one.
+    pub fn attach_journal(&mut self, j: &'static Journal, adopt: &HashMap<u64, u32>) {
+        self.journal = Some(j);
+        for h in self.all() {
+            let slot = adopt
+                .get(&h.fh)
+                .copied()
+                .unwrap_or_else(|| j.add_handle(id_shard(h.fh), h.fh, h.inode, h.flags));
+            h.slot.store(slot, Ordering::Relaxed);
+        }
+    }
+
     /// Adds an open descriptor and returns its new handle id.
     pub fn insert(&self, inode: u64, fd: OwnedFd, flags: i32) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
@@ -324,8 +414,16 @@ impl HandleTable {
             fd,
             flags,
             dir_lock: Mutex::new(()),
+            slot: AtomicU32::new(NO_SLOT),
         });
-        write(&self.shards[id_shard(fh)]).insert(fh, h);
+        let mut shard = write(&self.shards[id_shard(fh)]);
+        if let Some(j) = self.journal {
+            h.slot.store(
+                j.add_handle(id_shard(fh), fh, inode, flags),
+                Ordering::Relaxed,
+            );
+        }
+        shard.insert(fh, h);
         self.next.fetch_max(fh + 1, Ordering::Relaxed);
     }
 
@@ -336,7 +434,11 @@ impl HandleTable {
 
     /// Removes `fh`; its descriptor closes when the last request using it ends.
     pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
-        write(&self.shards[id_shard(fh)]).remove(&fh)
+        let h = write(&self.shards[id_shard(fh)]).remove(&fh);
+        if let (Some(j), Some(h)) = (self.journal, &h) {
+            j.remove_handle(h.slot.load(Ordering::Relaxed));
+        }
+        h
     }
 
     /// Closes every handle.

@@ -30,6 +30,22 @@ impl Fds {
 }
 
 impl PassthroughFs {
+    /// The tables' frame without any inode or handle (a crash-restart
+    /// checkpoint: the journal holds those).
+    pub fn empty_snapshot(&self) -> FsSnapshot {
+        let root = self.inodes.root();
+        FsSnapshot {
+            state: FsState {
+                root_dev: root.key.0,
+                root_ino: root.key.1,
+                next_id: self.inodes.next_id(),
+                inodes: Vec::new(),
+                handles: Vec::new(),
+            },
+            fds: Vec::new(),
+        }
+    }
+
     /// Exports the tables. Stop all request processing first; the descriptors
     /// in the result are borrowed from `self`.
     pub fn snapshot(&self) -> FsSnapshot {

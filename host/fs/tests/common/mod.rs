@@ -123,6 +123,17 @@ impl Harness {
         }
     }
 
+    /// A harness over a file system built by the caller on `dir`.
+    pub fn from_fs(dir: TestDir, fs: PassthroughFs) -> Harness {
+        Harness {
+            dir,
+            srv: Server::new(fs),
+            unique: Cell::new(1),
+            uid: Cell::new(0),
+            gid: Cell::new(0),
+        }
+    }
+
     pub fn fs(&self) -> &PassthroughFs {
         self.srv.fs()
     }

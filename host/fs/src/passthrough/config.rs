@@ -1,0 +1,109 @@
+//! Configuration and errors of a [`PassthroughFs`](super::PassthroughFs).
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::XattrMap;
+
+/// How much the guest may cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Nothing: entry/attr timeouts 0, file I/O with FOPEN_DIRECT_IO.
+    Never,
+    /// Metadata for a day, data not at all (FOPEN_DIRECT_IO).
+    Metadata,
+    /// Metadata for 1 s; data cached while unchanged (close-to-open).
+    #[default]
+    Auto,
+    /// Everything for a day; page cache kept across opens (FOPEN_KEEP_CACHE).
+    Always,
+}
+
+impl CachePolicy {
+    /// Entry and attribute timeout.
+    pub fn timeout(self) -> Duration {
+        match self {
+            CachePolicy::Never => Duration::ZERO,
+            CachePolicy::Auto => Duration::from_secs(1),
+            CachePolicy::Metadata | CachePolicy::Always => Duration::from_secs(86400),
+        }
+    }
+}
+
+/// Configuration of a [`PassthroughFs`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The shared directory.
+    pub root_dir: PathBuf,
+    /// Cache policy.
+    pub cache: CachePolicy,
+    /// Serve extended attributes (else the xattr requests get ENOSYS).
+    pub xattr: bool,
+    /// Refuse every change with EROFS.
+    pub readonly: bool,
+    /// Offer FUSE_WRITEBACK_CACHE.
+    pub writeback: bool,
+    /// Honour O_DIRECT from the guest (else it is dropped).
+    pub allow_direct_io: bool,
+    /// Keep O_NOATIME from the guest (else it is dropped, as virtiofsd does
+    /// without `--preserve-noatime`: an unprivileged daemon would get EPERM
+    /// for files it does not own).
+    pub preserve_noatime: bool,
+    /// Offer READDIRPLUS.
+    pub readdirplus: bool,
+    /// The most inodes plus open handles held at once (each holds a host
+    /// descriptor); past it LOOKUP, CREATE, OPEN, ... get EMFILE. 0: no cap.
+    pub max_open: usize,
+    /// `--xattrmap`: how attribute names are translated (None: unchanged).
+    pub xattrmap: Option<XattrMap>,
+    /// `--no-device-nodes`: MKNOD of a character or block device gets EPERM.
+    pub no_device_nodes: bool,
+    /// `--no-setid`: the guest can make no setuid or setgid file (the bits
+    /// are dropped from created files' modes and from chmod, and cleared
+    /// after a chown; a directory keeps its setgid bit, which only makes
+    /// new entries inherit its group).
+    pub no_setid: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root_dir: PathBuf::from("/"),
+            cache: CachePolicy::Auto,
+            xattr: false,
+            readonly: false,
+            writeback: false,
+            allow_direct_io: true,
+            readdirplus: true,
+            preserve_noatime: false,
+            max_open: 0,
+            xattrmap: None,
+            no_device_nodes: false,
+            no_setid: false,
+        }
+    }
+}
+
+/// Errors of construction and restore.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The shared directory could not be opened.
+    #[error("cannot open the shared directory {path:?}")]
+    OpenRoot {
+        /// The configured path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// `/proc/self/fd` could not be opened.
+    #[error("cannot open /proc/self/fd")]
+    OpenProc(#[source] io::Error),
+    /// The shared directory could not be examined.
+    #[error("cannot stat the shared directory")]
+    StatRoot(#[source] io::Error),
+    /// A restored state is inconsistent or does not match its descriptors.
+    #[error("invalid saved state: {0}")]
+    InvalidState(String),
+}

@@ -1,0 +1,50 @@
+//! Crash restart: the tables are journaled ([`crate::journal`]) while the
+//! process serves, and a new process rebuilds them from a crashed one's
+//! journal. Rebuilding goes through the checks of a VM live migration's load
+//! (every node opened anew, inside the share, no two ids for one file), plus
+//! one: each node must open the very file it named before (same device and
+//! inode number), else it answers EIO rather than serve another file.
+
+use std::collections::HashMap;
+
+use super::migrate::LoadReport;
+use super::{Error, PassthroughFs};
+use crate::journal::Journal;
+
+impl PassthroughFs {
+    /// Journals every change from now on; the nodes and handles already
+    /// held (a live upgrade's) are journaled now.
+    pub fn attach_journal(&mut self, j: &'static Journal) {
+        self.inodes.attach_journal(j, &HashMap::new());
+        self.handles.attach_journal(j, &HashMap::new());
+    }
+
+    /// Rebuilds the tables a crashed process left in `j`, and journals on
+    /// in it. Nodes that cannot be found again answer EIO until the guest
+    /// forgets them (as after a migration with `--migration-on-error
+    /// guest-error`).
+    pub fn recover(&mut self, j: &'static Journal) -> Result<LoadReport, Error> {
+        let t = j.tables();
+        let report = self.load_tables(&t.fs, false, &t.keys)?;
+        for (id, &slot) in &t.node_slots {
+            if self.inodes.get(*id).is_none() {
+                j.remove_node(slot);
+            }
+        }
+        for (fh, &slot) in &t.handle_slots {
+            if self.handles.get(*fh).is_none() {
+                j.remove_handle(slot);
+            }
+        }
+        self.inodes.attach_journal(j, &t.node_slots);
+        self.handles.attach_journal(j, &t.handle_slots);
+        Ok(report)
+    }
+
+    /// Records the FUSE session in the journal, if one is attached.
+    pub(crate) fn journal_session(&self, s: Option<crate::SessionState>) {
+        if let Some(j) = self.inodes.journal() {
+            j.set_session(s);
+        }
+    }
+}

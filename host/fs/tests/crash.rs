@@ -1,0 +1,172 @@
+//! Crash restart without a VM: a file system journals its tables, "crashes"
+//! (is dropped), and a new one rebuilds them from the journal; replayed
+//! requests whose outcome was unknown are resolved, never repeated.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use common::*;
+use xvfs_fs::abi::{self, opcode, Wire};
+use xvfs_fs::journal::Journal;
+use xvfs_fs::PassthroughFs;
+
+const ROOT: u64 = abi::ROOT_ID;
+
+/// An unlinked file to hold the journal (a memfd in the daemon).
+fn journal_file(dir: &TestDir) -> OwnedFd {
+    let path = dir.join(".journal");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    OwnedFd::from(f)
+}
+
+/// A serving "process": a file system on `dir` journaling into `j`,
+/// rebuilt from it when `recover`.
+fn serving(dir: TestDir, j: &'static Journal, recover: bool) -> Harness {
+    let mut fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    if recover {
+        let report = fs.recover(j).unwrap();
+        assert!(report.inodes > 0);
+    } else {
+        fs.attach_journal(j);
+    }
+    let h = Harness::from_fs(dir, fs);
+    match j.session().filter(|_| recover) {
+        Some(s) => h.srv.restore_session(s).unwrap(),
+        None => {
+            h.init(7, 41, 0, 0).ok();
+        }
+    }
+    h
+}
+
+fn leak(j: Journal) -> &'static Journal {
+    Box::leak(Box::new(j))
+}
+
+#[test]
+fn a_new_process_finds_every_node_and_handle_again() {
+    let dir = TestDir::new("crash");
+    let jf = journal_file(&dir);
+    let j = leak(Journal::create(jf.as_fd(), 2, 4096, 4096).unwrap());
+    let h = serving(dir, j, false);
+    let d = h.mkdir(ROOT, "d", 0o755).parse::<abi::EntryOut>().nodeid;
+    let (f, fh) = h.create_ok(d, "f");
+    h.write(f.nodeid, fh, 0, b"journaled").ok();
+    let (g, _) = h.create_ok(d, "g");
+    h.lookup_ok(d, "f"); // two lookups of f now
+    std::fs::remove_file(h.dir.join("d/g")).unwrap();
+    let (dir, _) = (h.dir, ());
+
+    // The crash: the tables are gone; the journal (shared memory) is not.
+    let j2 = leak(Journal::open(jf.as_fd()).unwrap());
+    let h2 = serving(dir, j2, true);
+    assert_eq!(
+        h2.fs().lookup_count(f.nodeid),
+        Some(2),
+        "lookup counts kept"
+    );
+    h2.getattr(d).ok();
+    let r = h2.read(f.nodeid, fh, 0, 100);
+    assert_eq!(r.ok(), b"journaled", "the open handle reads on");
+    // Deleted while held: it cannot be found again and answers EIO.
+    assert_eq!(h2.getattr(g.nodeid).err(), libc::EIO);
+    // New ids continue past the old ones.
+    let (n, fh2) = h2.create_ok(d, "n");
+    assert!(n.nodeid > g.nodeid && fh2 > fh);
+    // And a second crash finds what the first restart added.
+    let dir = h2.dir;
+    let j3 = leak(Journal::open(jf.as_fd()).unwrap());
+    let h3 = serving(dir, j3, true);
+    h3.getattr(n.nodeid).ok();
+    h3.write(n.nodeid, fh2, 0, b"x").ok();
+}
+
+#[test]
+fn a_replay_of_an_unknown_outcome_is_resolved_not_repeated() {
+    let dir = TestDir::new("replay");
+    let jf = journal_file(&dir);
+    let j = leak(Journal::create(jf.as_fd(), 2, 256, 256).unwrap());
+    let h = serving(dir, j, false);
+    let d = h.mkdir(ROOT, "d", 0o755).parse::<abi::EntryOut>().nodeid;
+
+    // Each operation ran once (the "first attempt"); its replay succeeds.
+    h.mkdir(d, "sub", 0o755).ok();
+    assert_eq!(
+        h.mkdir(d, "sub", 0o755).err(),
+        libc::EEXIST,
+        "not replaying"
+    );
+    j.begin_replay(1);
+    h.mkdir(d, "sub", 0o755).ok();
+    j.idle(1);
+
+    let excl = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+    h.create(d, "c", 0o644, excl).ok();
+    j.begin_replay(1);
+    h.create(d, "c", 0o644, excl).ok();
+    j.idle(1);
+
+    let unlink = |h: &Harness| h.req(opcode::UNLINK, d, &cname("c"));
+    unlink(&h).ok();
+    j.begin_replay(1);
+    unlink(&h).ok();
+    j.idle(1);
+    assert_eq!(unlink(&h).err(), libc::ENOENT, "not replaying");
+
+    // An append: the size before is noted with the intent; its replay
+    // after the first attempt wrote does not write again.
+    let (a, _) = h.create_ok(d, "a");
+    let fh = h
+        .open(a.nodeid, libc::O_WRONLY | libc::O_APPEND)
+        .parse::<abi::OpenOut>()
+        .fh;
+    j.begin_request(1, 7, 3, opcode::WRITE, 99);
+    h.write(a.nodeid, fh, 0, b"once\n").ok();
+    j.begin_replay(1);
+    let w = h.write(a.nodeid, fh, 0, b"once\n").parse::<abi::WriteOut>();
+    j.idle(1);
+    assert_eq!(w.size, 5, "the guest is told its bytes were written");
+    assert_eq!(std::fs::read(h.dir.join("d/a")).unwrap(), b"once\n");
+
+    // A rename that happened is not an error on replay.
+    let rename = |h: &Harness| {
+        let ri = abi::RenameIn { newdir: d };
+        h.req(
+            opcode::RENAME,
+            d,
+            &cat(&[&ri.to_bytes(), &cname("a"), &cname("b")]),
+        )
+    };
+    rename(&h).ok();
+    assert_eq!(rename(&h).err(), libc::ENOENT, "not replaying");
+    j.begin_replay(1);
+    rename(&h).ok();
+    j.idle(1);
+    assert!(h.dir.join("d/b").exists());
+}
+
+#[test]
+fn a_request_in_flight_is_recorded_with_its_reply() {
+    let dir = TestDir::new("inflight");
+    let jf = journal_file(&dir);
+    let j = leak(Journal::create(jf.as_fd(), 3, 64, 64).unwrap());
+    j.begin_request(2, 65535, 17, opcode::MKDIR, 1 << 40);
+    let intent = j.in_flight(2).unwrap();
+    assert_eq!(intent.phase, xvfs_fs::journal::Phase::Intent);
+    assert_eq!((intent.pos, intent.head), (65535, 17));
+    j.end_request(2, Some(&[1, 2, 3]));
+    let done = Journal::open(jf.as_fd()).unwrap().in_flight(2).unwrap();
+    assert_eq!(done.phase, xvfs_fs::journal::Phase::Done);
+    assert_eq!((done.unique, done.reply), (1 << 40, vec![1, 2, 3]));
+    drop(dir);
+}
