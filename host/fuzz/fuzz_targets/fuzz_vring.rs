@@ -80,6 +80,7 @@ fuzz_target!(|data: &[u8]| {
         used: USED,
         next_avail: u16::from(*next_avail),
         event_idx: flags & 1 != 0,
+        from_used: false,
     };
     if let Ok(n) = serve_once(&cfg, GuestMemoryAtomic::new(mem), server()) {
         assert!(

@@ -141,6 +141,27 @@ impl ChainWriter {
     pub fn guest_ranges(&self) -> &[(u64, u64)] {
         &self.guest
     }
+
+    /// The first `len` bytes written (at most what was written), read back
+    /// (the crash-restart journal keeps small replies).
+    pub fn read_back(&self, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len.min(self.written())];
+        self.segs.copy_at(0, buf.as_mut_ptr(), buf.len(), false);
+        buf
+    }
+}
+
+impl ChainReader {
+    /// Copies the first `buf.len()` bytes without consuming them; false
+    /// when the request is shorter.
+    pub fn peek(&self, buf: &mut [u8]) -> bool {
+        if buf.len() > self.segs.left {
+            return false;
+        }
+        let pos = self.segs.total - self.segs.left;
+        self.segs.copy_at(pos, buf.as_mut_ptr(), buf.len(), false);
+        true
+    }
 }
 
 /// Splits a descriptor chain into its reader and writer.

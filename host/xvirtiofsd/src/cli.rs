@@ -210,6 +210,42 @@ pub struct Opt {
     #[arg(long, value_name = "PATH", hide = true, conflicts_with = "fd")]
     pub handover_from: Option<PathBuf>,
 
+    /// Survive crashes: a small holder process keeps the vhost-user
+    /// connection, guest memory, eventfds and a journal of the file system
+    /// state while a serving process does the work. When the serving
+    /// process dies (killed, out of memory, a panic) the holder starts a new
+    /// one at once, which rebuilds the state from the journal and answers
+    /// the requests in flight exactly once: the guest sees a pause, no
+    /// error. The pid given to whoever started the daemon is the holder's;
+    /// signals sent to it reach the serving process. See
+    /// docs/crash-restart.md.
+    #[arg(long)]
+    pub crash_restart: bool,
+
+    /// With --crash-restart: after N crashes within SECONDS the holder
+    /// gives up: it answers every request still coming with EIO (the guest
+    /// sees I/O errors, never a hang) and exits once the front-end leaves.
+    #[arg(long, value_name = "N/SECONDS", default_value = "5/60", value_parser = parse_limit)]
+    pub crash_restart_limit: (u32, u64),
+
+    /// Internal (the holder's serving process): the holder's socket.
+    #[arg(long, value_name = "FD", hide = true, requires = "holder_journal")]
+    pub holder_socket: Option<i32>,
+
+    /// Internal (the holder's serving process): the journal's memory file.
+    #[arg(long, value_name = "FD", hide = true, requires = "holder_socket")]
+    pub holder_journal: Option<i32>,
+
+    /// Internal (the holder's serving process): a crashed predecessor's
+    /// state comes from the holder.
+    #[arg(
+        long,
+        hide = true,
+        requires = "holder_socket",
+        conflicts_with = "handover_from"
+    )]
+    pub holder_restart: bool,
+
     /// No effect: requests are served by one worker thread per request queue
     /// (see --queues), which takes the place of virtiofsd's thread pool.
     #[arg(long, value_name = "N")]
@@ -385,6 +421,8 @@ pub struct Opt {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    #[error("--holder-socket is internal to --crash-restart")]
+    HolderOnly,
     #[error("no shared directory: give --shared-dir DIR or -o source=DIR")]
     NoSharedDir,
     #[error("no socket: give --socket-path PATH or --fd FD")]
@@ -419,6 +457,9 @@ fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
 impl Opt {
     /// Folds the `-o` options into the typed ones and checks what must be present.
     pub fn resolve(&mut self) -> Result<(), CliError> {
+        if self.holder_socket.is_some() && !self.crash_restart {
+            return Err(CliError::HolderOnly);
+        }
         let items: Vec<String> = self
             .compat
             .iter()
@@ -777,4 +818,16 @@ pub struct UpgradeOpt {
     /// unless these equal the running daemon's settings.
     #[arg(last = true, value_name = "DAEMON-OPTIONS")]
     pub daemon_args: Vec<String>,
+}
+
+/// `N/SECONDS` of --crash-restart-limit: both at least 1.
+fn parse_limit(s: &str) -> Result<(u32, u64), String> {
+    let bad = || format!("`{s}`: expected N/SECONDS, both at least 1 (e.g. 5/60)");
+    let (n, secs) = s.split_once('/').ok_or_else(bad)?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    let secs: u64 = secs.trim().parse().map_err(|_| bad())?;
+    if n == 0 || secs == 0 {
+        return Err(bad());
+    }
+    Ok((n, secs))
 }

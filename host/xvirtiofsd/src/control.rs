@@ -47,6 +47,23 @@ pub struct StatusInfo {
     pub connection: String,
     pub control_path: String,
     pub stats: OnceLock<Vec<Arc<QueueStats>>>,
+    /// With --crash-restart: the journal (restarts, replays, last crash).
+    pub journal: Option<&'static xvfs_fs::journal::Journal>,
+}
+
+/// Crash restart, in a `status` reply.
+#[derive(Debug, Serialize)]
+pub struct CrashReport {
+    /// The holder (the process whoever started the daemon knows).
+    pub holder_pid: u32,
+    /// Serving processes started after a crash.
+    pub restarts: u64,
+    /// Requests in flight at a crash answered after it.
+    pub replayed: u64,
+    /// Unix time (ms) of the last crash.
+    pub last_crash_unix_ms: Option<u64>,
+    /// How the last serving process to crash ended.
+    pub last_crash: Option<String>,
 }
 
 pub fn now_unix_ms() -> u64 {
@@ -66,6 +83,8 @@ pub struct StatusReply {
     pub connection: String,
     pub control: String,
     pub queues: Vec<QueueReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash_restart: Option<CrashReport>,
 }
 
 /// The part of a `status` reply the command-line client reads back.
@@ -85,6 +104,16 @@ impl StatusInfo {
             connection: self.connection.clone(),
             control: self.control_path.clone(),
             queues: self.stats.get().map_or(Vec::new(), |s| queue_reports(s)),
+            crash_restart: self.journal.map(|j| {
+                let last = j.last_crash();
+                CrashReport {
+                    holder_pid: j.holder_pid(),
+                    restarts: j.restarts(),
+                    replayed: j.replayed(),
+                    last_crash_unix_ms: last.as_ref().map(|l| l.0),
+                    last_crash: last.map(|l| l.1),
+                }
+            }),
         }
     }
 

@@ -12,17 +12,18 @@ use std::time::Duration;
 
 use log::{info, warn};
 use virtio_fs_ext::state::{ConfigState, DaemonState};
-use xvfs_fs::passthrough::{XattrMap, XattrMapError};
-use xvfs_fs::{Config, PassthroughFs};
+use xvfs_fs::passthrough::XattrMapError;
+use xvfs_fs::PassthroughFs;
 
-use crate::cli::{self, Opt, PollMode, SandboxMode};
+use crate::checkpoint::HolderLink;
+use crate::cli::{self, Opt, SandboxMode};
 use crate::control::{self, StatusInfo};
 use crate::metrics_file::{MetricsHandle, MetricsWriter};
-use crate::migration::MigrationConfig;
-use crate::queue::{measure_wake_cost, PollConfig};
+use crate::queue::measure_wake_cost;
 use crate::service_manager::Notifier;
+use crate::settings::{config_state, device_config, fs_config, max_open};
 use crate::upgrade::{self, Incoming, Outgoing};
-use crate::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
+use crate::vhost_user::{Connection, Device, ServeEnd, VhostUserError};
 use crate::{error_chain, logger, sandbox, sys, FsServer};
 
 /// Set-up failed: nothing was served.
@@ -108,12 +109,14 @@ pub struct Daemon {
     socket_file: Option<PathBuf>,
     /// The service manager (systemd `Type=notify`), if one started us.
     notifier: Option<Notifier>,
+    /// With --crash-restart: the holder.
+    link: Option<HolderLink>,
 }
 
 impl Daemon {
     /// A fresh daemon: open everything, enter the sandbox, wait for the
     /// front-end to connect.
-    pub fn fresh(opt: &Opt) -> Result<Daemon, SetupError> {
+    pub fn fresh(opt: &Opt, link: Option<HolderLink>) -> Result<Daemon, SetupError> {
         let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
             SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
         })?;
@@ -135,14 +138,20 @@ impl Daemon {
         let max_open = max_open(opt.max_open, limit)?;
         info!("at most {max_open} inodes plus open files for the guest (--max-open)");
         let cfg = config_state(opt, &shared_dir);
-        let pid_files = sys::inherited_pid_files(&opt.fd.into_iter().collect::<Vec<_>>());
+        // Under a holder the pid files are the holder's: it is the process
+        // whoever started the daemon knows.
+        let pid_files = match link {
+            Some(_) => Vec::new(),
+            None => sys::inherited_pid_files(&opt.fd.into_iter().collect::<Vec<_>>()),
+        };
         if !pid_files.is_empty() {
             info!(
                 "holding {} inherited pid file(s); a successor takes them over",
                 pid_files.len()
             );
         }
-        let dev_cfg = device_config(&cfg, measure_wake_cost(200));
+        let mut dev_cfg = device_config(&cfg, measure_wake_cost(200));
+        dev_cfg.journal = link.as_ref().map(HolderLink::journal);
 
         // Sockets first: the file system sets the process umask to 0 (the
         // guest kernel has already applied the caller's), and sockets must
@@ -151,6 +160,9 @@ impl Daemon {
         let (control, control_path) = bind_control(opt);
         let notifier = Notifier::from_env();
         let mut fs = PassthroughFs::new(fs_config(&cfg, max_open)?).map_err(SetupError::Fs)?;
+        if let Some(l) = &link {
+            fs.attach_journal(l.journal());
+        }
         let metrics = open_metrics(&cfg)?;
         if let Some(proc_fd) = confine(&cfg, caps_mask(opt)?)? {
             fs.set_proc_self_fd(proc_fd);
@@ -189,6 +201,7 @@ impl Daemon {
                 .as_ref()
                 .map_or(String::new(), |p| p.display().to_string()),
             stats: OnceLock::new(),
+            journal: link.as_ref().map(HolderLink::journal),
         };
         // Inside a sandbox the socket's path is not visible; a stale socket
         // file is removed by the next daemon on that path.
@@ -206,14 +219,31 @@ impl Daemon {
             pid_files,
             socket_file,
             notifier,
+            link,
         })
+    }
+
+    /// A crash restart: the holder hands over the crashed serving process's
+    /// last checkpoint; the file system comes from the journal.
+    pub fn restart(opt: &Opt, link: HolderLink) -> Result<Daemon, SetupError> {
+        let wake_cost = measure_wake_cost(50);
+        let inc = link.receive()?;
+        let own = Own {
+            caps: caps_mask(opt)?,
+            max_open: opt.max_open,
+        };
+        Daemon::adopt(inc, wake_cost, own, Some(link), true)
     }
 
     /// A successor: ask the daemon behind `control_path` for its state and
     /// adopt it.
     /// Its security settings come from `opt` and must equal the running
     /// daemon's (see [`crate::trust`]).
-    pub fn take_over(control_path: &Path, opt: &Opt) -> Result<Daemon, SetupError> {
+    pub fn take_over(
+        control_path: &Path,
+        opt: &Opt,
+        link: Option<HolderLink>,
+    ) -> Result<Daemon, SetupError> {
         let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
             SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
         })?;
@@ -241,14 +271,22 @@ impl Daemon {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
         };
-        Daemon::adopt(inc, wake_cost, own)
+        Daemon::adopt(inc, wake_cost, own, link, false)
     }
 
     /// Continues a predecessor's work from the state it sent: restores the
     /// device and file system, confirms, and starts the queues. On an error
     /// before confirming, the predecessor is told and keeps serving.
     /// `own` holds what comes from the successor's own command line only.
-    pub fn adopt(mut inc: Incoming, wake_cost: Duration, own: Own) -> Result<Daemon, SetupError> {
+    /// `crashed`: the predecessor crashed (the state is the holder's
+    /// checkpoint, the file system is in the journal).
+    pub fn adopt(
+        mut inc: Incoming,
+        wake_cost: Duration,
+        own: Own,
+        link: Option<HolderLink>,
+        crashed: bool,
+    ) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
         logger::init(st.config.log_level);
         if st.config.syslog {
@@ -268,7 +306,9 @@ impl Daemon {
             .peek(st.vhost_socket_fd)
             .map(sys::socket_ident)
             .unwrap_or_default();
-        if crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident) {
+        if crashed {
+            // The holder's child: in the holder's cgroups already.
+        } else if crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident) {
             crate::cgroup::join_cgroups_of(st.writer_pid as i32);
         } else {
             warn!(
@@ -280,8 +320,10 @@ impl Daemon {
             .pid_file_fds
             .iter()
             .filter_map(|&i| inc.take(i).ok())
+            .filter(|_| link.is_none())
             .collect();
-        let restored = match restore(&mut inc, &st, wake_cost, &own) {
+        let journal = link.as_ref().map(HolderLink::journal);
+        let restored = match restore(&mut inc, &st, wake_cost, &own, journal, crashed) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -306,31 +348,40 @@ impl Daemon {
         dev.resume()?;
         dev.notify_started();
         let pid_files = take_pid_files(pid_files);
-        info!(
-            "upgrade: now serving as {} (pid {}), taken over from {}",
-            cli::VERSION,
-            sandbox::daemon_pid(),
-            st.writer_version
-        );
-        // Tell `xvirtiofsd upgrade` and let go of its pipe.
-        println!(
-            "XVFS-UPGRADED pid {} version {} from {}",
-            sandbox::daemon_pid(),
-            cli::VERSION,
-            st.writer_version
-        );
-        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-            let _ = sys::dup_onto(null.as_fd(), 1);
+        if crashed {
+            info!(
+                "crash restart: now serving as pid {} (restart {})",
+                sandbox::daemon_pid(),
+                journal.map_or(0, |j| j.restarts())
+            );
+        } else {
+            info!(
+                "upgrade: now serving as {} (pid {}), taken over from {}",
+                cli::VERSION,
+                sandbox::daemon_pid(),
+                st.writer_version
+            );
+            // Tell `xvirtiofsd upgrade` and let go of its pipe.
+            println!(
+                "XVFS-UPGRADED pid {} version {} from {}",
+                sandbox::daemon_pid(),
+                cli::VERSION,
+                st.writer_version
+            );
+            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                let _ = sys::dup_onto(null.as_fd(), 1);
+            }
         }
         drop(inc);
         let status = StatusInfo {
             version: cli::VERSION,
             started_unix_ms: st.started_unix_ms,
-            upgrades: st.upgrades + 1,
+            upgrades: st.upgrades + u32::from(!crashed),
             shared_dir: st.config.shared_dir.clone(),
             connection: sys::socket_ident(conn.stream().as_fd()),
             control_path: st.control_path.clone().unwrap_or_default(),
             stats: OnceLock::new(),
+            journal,
         };
         Ok(Daemon {
             cfg: st.config,
@@ -342,6 +393,7 @@ impl Daemon {
             pid_files,
             socket_file: None,
             notifier,
+            link,
         })
     }
 
@@ -358,6 +410,7 @@ impl Daemon {
             pid_files,
             socket_file,
             notifier,
+            link,
         } = self;
         let status = Arc::new(status);
         let _ = status.stats.set(dev.stats());
@@ -371,8 +424,28 @@ impl Daemon {
                 .map_err(|e| SetupError::Io("control thread", e))
         };
         let mut control_thread = control.map(spawn_control).transpose()?;
+        let conn_fd = conn.stream().as_raw_fd();
+        let mut checkpoint = |dev: &Device| {
+            if let Some(l) = &link {
+                let out = Outgoing {
+                    config: &cfg,
+                    started_unix_ms: status.started_unix_ms,
+                    upgrades: status.upgrades,
+                    control_fd,
+                    control_path: Some(status.control_path.clone()).filter(|p| !p.is_empty()),
+                    pid_files: &pid_files,
+                    server: dev.server_arc(),
+                };
+                let (st, fds) = upgrade::daemon_state(&out, dev, conn_fd, false);
+                match st.encode() {
+                    Ok(blob) => l.checkpoint(&blob, &fds),
+                    Err(e) => warn!("crash restart: checkpoint: {}", error_chain(&e)),
+                }
+            }
+        };
+        checkpoint(&dev);
         let result = loop {
-            match conn.serve(&mut dev, Some(wake.as_fd())) {
+            match conn.serve(&mut dev, Some(wake.as_fd()), &mut checkpoint) {
                 Ok(ServeEnd::Disconnected) => break Ok(Ended::Disconnected),
                 Ok(ServeEnd::Interrupted) => {
                     let _ = sys::eventfd_drain(wake.as_fd());
@@ -390,6 +463,9 @@ impl Daemon {
                         server: &server,
                     };
                     if upgrade::hand_over(&out, &mut dev, &conn, peer).is_ok() {
+                        if let Some(l) = &link {
+                            l.bye("handed over");
+                        }
                         // The successor serves now: leave everything (queues
                         // are stopped, the metrics file is its) as it is.
                         // A successor in its own PID namespace is not
@@ -412,6 +488,13 @@ impl Daemon {
             }
         };
         dev.stop_all();
+        if let Some(l) = &link {
+            l.bye(if result.is_ok() {
+                "disconnected"
+            } else {
+                "failed"
+            });
+        }
         if let Some(m) = metrics {
             m.finish();
         }
@@ -462,113 +545,6 @@ fn take_pid_files(pid_files: Vec<OwnedFd>) -> Vec<RawFd> {
     raw
 }
 
-fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
-    ConfigState {
-        shared_dir: shared_dir.display().to_string(),
-        cache: opt.cache,
-        xattr: opt.xattr,
-        readonly: opt.readonly,
-        writeback: opt.writeback,
-        allow_direct_io: opt.allow_direct_io,
-        readdirplus: !opt.no_readdirplus,
-        sandbox: opt.sandbox,
-        seccomp: opt.seccomp,
-        queues: opt.queues,
-        poll_mode: opt.poll,
-        poll_us: opt
-            .poll_us
-            .unwrap_or(if sys::online_cpus() <= 2 { 0 } else { 50 }),
-        poll_cpu_max: opt.poll_cpu_max,
-        syslog: opt.syslog,
-        preserve_noatime: opt.preserve_noatime,
-        queue_cpus: opt.queue_cpus.iter().map(|&c| c as u32).collect(),
-        metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
-        log_level: opt.log_level,
-        socket_path: opt.socket_path.as_ref().map(|p| p.display().to_string()),
-        migration_mode: opt.migration_mode,
-        migration_on_error: opt.migration_on_error,
-        migration_verify_handles: opt.migration_verify_handles,
-        migration_confirm_paths: opt.migration_confirm_paths,
-        xattrmap: opt.xattrmap.clone(),
-        no_device_nodes: opt.no_device_nodes,
-        no_setid: opt.no_setid,
-    }
-}
-
-/// The cap on inodes plus open handles: `--max-open`, or by default the
-/// open-file limit minus headroom for the daemon's own descriptors (guest
-/// memory, eventfds, sockets, a successor's transfer): an eighth of the
-/// limit, at least 1024, or half of a small limit.
-fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, SetupError> {
-    let limit_n = usize::try_from(limit).unwrap_or(usize::MAX);
-    let headroom = if limit_n > 4096 {
-        (limit_n / 8).max(1024)
-    } else {
-        limit_n / 2
-    };
-    let most = limit_n - headroom;
-    match requested {
-        None => Ok(most),
-        Some(n) if (1..=most).contains(&n) => Ok(n),
-        Some(n) => Err(SetupError::MaxOpen(n, most, limit)),
-    }
-}
-
-fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, SetupError> {
-    let xattrmap = c.xattrmap.as_deref().map(XattrMap::parse).transpose()?;
-    if xattrmap.as_ref().is_some_and(XattrMap::remaps_capability) {
-        return Err(SetupError::CapabilityRemapped);
-    }
-    Ok(Config {
-        root_dir: PathBuf::from(&c.shared_dir),
-        cache: c.cache.into(),
-        xattr: c.xattr,
-        readonly: c.readonly,
-        writeback: c.writeback,
-        allow_direct_io: c.allow_direct_io,
-        readdirplus: c.readdirplus,
-        preserve_noatime: c.preserve_noatime,
-        max_open,
-        xattrmap,
-        no_device_nodes: c.no_device_nodes,
-        no_setid: c.no_setid,
-    })
-}
-
-/// The device settings: queues, busy-wait (documented in --help), pinning.
-fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfig {
-    let mode = c.poll_mode;
-    if mode == PollMode::Never || c.poll_us == 0 {
-        info!(
-            "polling: off (mode {mode:?}, window {} µs, {} host CPUs)",
-            c.poll_us,
-            sys::online_cpus()
-        );
-    } else {
-        info!(
-            "polling: {mode:?}, window {} µs, measured wake-up cost {} µs",
-            c.poll_us,
-            wake_cost.as_micros()
-        );
-    }
-    DeviceConfig {
-        max_queues: usize::from(c.queues) + 1,
-        poll: PollConfig {
-            mode,
-            window: Duration::from_micros(c.poll_us),
-            wake_cost,
-            cpu_max: c.poll_cpu_max,
-        },
-        queue_cpus: c.queue_cpus.iter().map(|&c| c as usize).collect(),
-        migration: MigrationConfig {
-            mode: c.migration_mode,
-            on_error: c.migration_on_error,
-            verify_handles: c.migration_verify_handles,
-            confirm_paths: c.migration_confirm_paths,
-        },
-    }
-}
-
 fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, SetupError> {
     c.metrics_file
         .as_ref()
@@ -604,6 +580,8 @@ fn restore(
     st: &DaemonState,
     wake_cost: Duration,
     own: &Own,
+    journal: Option<&'static xvfs_fs::journal::Journal>,
+    crashed: bool,
 ) -> Result<Restored, SetupError> {
     if let Some(i) = st.log_fd {
         let log = inc
@@ -613,25 +591,52 @@ fn restore(
     }
     let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
     let max_open = max_open(own.max_open, limit)?;
-    let mut fs =
-        PassthroughFs::restore(fs_config(&st.config, max_open)?, &st.fs, inc.take_fs_fds())
-            .map_err(SetupError::Fs)?;
+    let mut fs = match journal.filter(|_| crashed) {
+        Some(j) => {
+            let mut fs =
+                PassthroughFs::new(fs_config(&st.config, max_open)?).map_err(SetupError::Fs)?;
+            let report = fs.recover(j).map_err(SetupError::Fs)?;
+            info!(
+                "crash restart: {} inodes and {} open files found again",
+                report.inodes, report.handles
+            );
+            if let Some(first) = report.failed.first() {
+                // Typically files deleted while the guest still held them.
+                warn!(
+                    "crash restart: {} node(s) or handle(s) not found again (the guest gets \
+                     EIO for them until it lets go), e.g. {first}",
+                    report.failed.len()
+                );
+            }
+            fs
+        }
+        None => {
+            let mut fs =
+                PassthroughFs::restore(fs_config(&st.config, max_open)?, &st.fs, inc.take_fs_fds())
+                    .map_err(SetupError::Fs)?;
+            if let Some(j) = journal {
+                fs.attach_journal(j);
+            }
+            fs
+        }
+    };
     // Everything from here on needs no host path: the sandbox now.
     let metrics = open_metrics(&st.config)?;
     if let Some(proc_fd) = confine(&st.config, own.caps)? {
         fs.set_proc_self_fd(proc_fd);
     }
     let server = Arc::new(FsServer::new(fs));
-    if let Some(s) = st.session {
+    let session = match journal.filter(|_| crashed) {
+        Some(j) => j.session(),
+        None => st.session,
+    };
+    if let Some(s) = session {
         server.restore_session(s).map_err(SetupError::Session)?;
     }
     let mut take = |i: u32| inc.take(i);
-    let dev = Device::import(
-        device_config(&st.config, wake_cost),
-        server,
-        &st.device,
-        &mut take,
-    )?;
+    let mut dev_cfg = device_config(&st.config, wake_cost);
+    dev_cfg.journal = journal;
+    let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
     let conn = Connection::from_fd(
         take(st.vhost_socket_fd).map_err(|e| SetupError::Io("vhost-user socket", e))?,
     );

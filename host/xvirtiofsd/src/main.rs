@@ -17,11 +17,12 @@ use std::time::Duration;
 use clap::Parser;
 use log::error;
 
+use xvirtiofsd::checkpoint::HolderLink;
 use xvirtiofsd::cli::{self, Opt};
 use xvirtiofsd::control;
 use xvirtiofsd::daemon::{Daemon, ServeError};
 use xvirtiofsd::upgrade;
-use xvirtiofsd::{error_chain, logger, sandbox};
+use xvirtiofsd::{error_chain, holder, logger, sandbox, sys};
 
 /// Exit status: a runtime error ended serving.
 const EXIT_RUNTIME: u8 = 1;
@@ -65,6 +66,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_SETUP);
         }
     }
+    if opt.crash_restart && opt.holder_socket.is_none() {
+        return run_holder(&opt);
+    }
     if opt.sandbox == cli::SandboxMode::Namespace {
         match sandbox::enter_pid_namespace() {
             Ok(sandbox::Role::Supervisor(child)) => {
@@ -77,9 +81,18 @@ fn main() -> ExitCode {
             }
         }
     }
-    let daemon = match &opt.handover_from {
-        Some(control) => Daemon::take_over(control, &opt),
-        None => Daemon::fresh(&opt),
+    let link = match HolderLink::from_opt(&opt) {
+        Ok(l) => l,
+        Err(e) => {
+            error!("{}", error_chain(&e));
+            return ExitCode::from(EXIT_SETUP);
+        }
+    };
+    crash_fault(link.is_some(), opt.holder_restart);
+    let daemon = match (&opt.handover_from, link) {
+        (_, Some(link)) if opt.holder_restart => Daemon::restart(&opt, link),
+        (Some(control), link) => Daemon::take_over(control, &opt, link),
+        (None, link) => Daemon::fresh(&opt, link),
     };
     let daemon = match daemon {
         Ok(d) => d,
@@ -98,6 +111,43 @@ fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// `--crash-restart`: this process holds the connection while a serving
+/// process (this binary again) does the work.
+fn run_holder(opt: &Opt) -> ExitCode {
+    // The serving process inherits the raised limit; the journal has room
+    // for as many nodes and handles as it may hold.
+    let limit = sys::raise_nofile_limit(opt.rlimit_nofile).unwrap_or_else(|_| sys::nofile_limit());
+    let slots = opt
+        .max_open
+        .unwrap_or_else(|| usize::try_from(limit).unwrap_or(usize::MAX));
+    match holder::run(opt, slots) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            error!("{}", error_chain(&e));
+            ExitCode::from(EXIT_SETUP)
+        }
+    }
+}
+
+/// Test hook (`fault-injection` builds only): XVFS_CRASH_FAULT=die-at-start
+/// makes a holder's serving process die at once, `die-on-restart` only
+/// when it replaces a crashed one (the crash-loop tests).
+fn crash_fault(serving: bool, restart: bool) {
+    #[cfg(feature = "fault-injection")]
+    if serving {
+        let die = match std::env::var("XVFS_CRASH_FAULT").as_deref() {
+            Ok("die-at-start") => true,
+            Ok("die-on-restart") => restart,
+            _ => false,
+        };
+        if die {
+            // SAFETY: abort takes no arguments; this is the fault being tested.
+            unsafe { libc::abort() };
+        }
+    }
+    let _ = (serving, restart);
 }
 
 fn control_path_of(control: Option<PathBuf>, pid: Option<u32>) -> PathBuf {

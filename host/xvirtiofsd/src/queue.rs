@@ -38,12 +38,14 @@ use crate::FsServer as Server;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
+use xvfs_fs::journal::Journal;
 use xvfs_fs::ratelimit::RateLimiter;
 
 use crate::chain::split_chain;
 use crate::dirty_log::LogTarget;
 use crate::mem::GuestMemoryMmap;
 pub use crate::metrics::QueueStats;
+use crate::replay::Recorder;
 use crate::sys;
 pub use virtio_fs_ext::config::PollMode;
 
@@ -72,6 +74,11 @@ pub struct RingConfig {
     pub used: u64,
     pub next_avail: u16,
     pub event_idx: bool,
+    /// Continue from the used index in guest memory, not `next_avail`: a
+    /// crashed predecessor's position is lost, and it popped nothing it
+    /// did not either publish or leave for a replay (chains are served in
+    /// order, one at a time).
+    pub from_used: bool,
 }
 
 /// Why a worker ended before it was asked to stop: the guest corrupted its
@@ -124,6 +131,8 @@ pub struct WorkerOptions {
     pub cpu: Option<usize>,
     /// While a migration logs dirty pages: where to log.
     pub log: Option<LogTarget>,
+    /// Crash restart: where requests in flight are recorded.
+    pub journal: Option<&'static Journal>,
 }
 
 /// The adaptive decision (an exponentially weighted mean of the idle gaps)
@@ -279,6 +288,11 @@ impl Worker {
         opts: WorkerOptions,
     ) -> Result<Worker, QueueError> {
         let queue = build_queue(&cfg, &mem)?;
+        // After a crash, the request the predecessor had in flight is the
+        // first one popped (if the guest has not had its reply).
+        let recorder = opts
+            .journal
+            .map(|j| Recorder::new(j, cfg.index, cfg.from_used, queue.next_avail()));
         let stop = Arc::new(AtomicBool::new(false));
         let faulted = Arc::new(AtomicBool::new(false));
         let stop_fd = Arc::new(sys::eventfd().map_err(|source| QueueError::Spawn {
@@ -301,6 +315,7 @@ impl Worker {
             policy: PollPolicy::new(opts.poll),
             cpu: opts.cpu,
             log: opts.log,
+            recorder,
         };
         let handle = std::thread::Builder::new()
             .name(format!("xvfs-q{}", cfg.index))
@@ -360,6 +375,7 @@ pub fn serve_once(
         policy: PollPolicy::new(PollConfig::NEVER),
         cpu: None,
         log: None,
+        recorder: None,
     };
     let guard = ctx.mem.memory();
     ctx.serve_batch(&guard).map_err(|e| e.to_string())
@@ -395,6 +411,9 @@ fn build_queue(
         .used_idx(&*m, Ordering::Acquire)
         .map_err(|e| invalid(format!("used index: {e}")))?;
     q.set_next_used(used.0);
+    if cfg.from_used {
+        q.set_next_avail(used.0);
+    }
     Ok(q)
 }
 
@@ -414,6 +433,8 @@ struct WorkerCtx {
     policy: PollPolicy,
     cpu: Option<usize>,
     log: Option<LogTarget>,
+    /// With --crash-restart: records each request in flight.
+    recorder: Option<Recorder>,
 }
 
 impl WorkerCtx {
@@ -533,6 +554,7 @@ impl WorkerCtx {
         let mut served = 0u64;
         self.check_avail(mem)?;
         while !self.stop.load(Ordering::Relaxed) {
+            let pos = self.queue.next_avail();
             let Some(chain) = self.queue.pop_descriptor_chain(mem) else {
                 break;
             };
@@ -545,7 +567,10 @@ impl WorkerCtx {
             let (len, bytes) = match split_chain(mem, chain) {
                 Ok((mut r, mut w)) => {
                     let request_bytes = xvfs_fs::io::RequestReader::remaining(&r);
-                    let n = self.server.handle(&mut r, &mut w);
+                    let n = match &mut self.recorder {
+                        Some(rec) => rec.handle(&self.server, pos, head, &mut r, &mut w),
+                        None => self.server.handle(&mut r, &mut w),
+                    };
                     if let Some(log) = &self.log {
                         for &(gpa, len) in w.guest_ranges() {
                             log.log.mark(gpa, len);

@@ -116,7 +116,24 @@ fn send_everything(
     conn: &Connection,
     peer: &UnixStream,
 ) -> Result<(), UpgradeError> {
-    let mut fds: Vec<RawFd> = vec![conn.stream().as_raw_fd()];
+    let (state, fds) = daemon_state(out, dev, conn.stream().as_raw_fd(), true);
+    let blob = state.encode()?;
+    handover::send_state(peer, &blob, &fds)?;
+    handover::expect(peer, handover::READY, "READY")?;
+    handover::send(peer, handover::COMMIT, b"", &[])?;
+    Ok(())
+}
+
+/// Everything a successor needs, and the descriptors its indices refer to
+/// (borrowed). Without `with_fs` (a crash-restart checkpoint) the file
+/// system and FUSE session are left out: the journal has them.
+pub fn daemon_state(
+    out: &Outgoing<'_>,
+    dev: &Device,
+    conn_fd: RawFd,
+    with_fs: bool,
+) -> (DaemonState, Vec<RawFd>) {
+    let mut fds: Vec<RawFd> = vec![conn_fd];
     let control_socket_fd = out.control_fd.map(|fd| {
         fds.push(fd);
         (fds.len() - 1) as u32
@@ -132,7 +149,11 @@ fn send_everything(
         })
         .collect();
     let device = dev.export(&mut fds);
-    let snap = out.server.fs().snapshot();
+    let snap = if with_fs {
+        out.server.fs().snapshot()
+    } else {
+        out.server.fs().empty_snapshot()
+    };
     let fs_fd_base = fds.len() as u32;
     fds.extend(snap.fds);
     let state = DaemonState {
@@ -148,14 +169,10 @@ fn send_everything(
         pid_file_fds,
         device,
         fs: snap.state,
-        session: out.server.session(),
+        session: out.server.session().filter(|_| with_fs),
         fs_fd_base,
     };
-    let blob = state.encode()?;
-    handover::send_state(peer, &blob, &fds)?;
-    handover::expect(peer, handover::READY, "READY")?;
-    handover::send(peer, handover::COMMIT, b"", &[])?;
-    Ok(())
+    (state, fds)
 }
 
 /// Test hooks for the failure tests, chosen with XVFS_UPGRADE_FAULT in the new
@@ -295,8 +312,22 @@ pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
         }
         _ => {}
     }
+    incoming(peer, &blob, fds)
+}
+
+/// A crash restart: the state comes from the holder (a crashed serving
+/// process's last checkpoint), over the socket it gave this process.
+pub fn receive_from_holder(peer: UnixStream) -> Result<Incoming, UpgradeError> {
+    peer.set_read_timeout(Some(STEP_TIMEOUT))
+        .map_err(HandoverError::Io)?;
+    let (blob, fds) = handover::recv_state(&peer)?;
+    incoming(peer, &blob, fds)
+}
+
+/// Decodes and checks a received state; a refusal is reported to the peer.
+fn incoming(peer: UnixStream, blob: &[u8], fds: Vec<OwnedFd>) -> Result<Incoming, UpgradeError> {
     let incoming = Incoming {
-        state: match DaemonState::decode(&blob).and_then(|s| s.check(fds.len()).map(|()| s)) {
+        state: match DaemonState::decode(blob).and_then(|s| s.check(fds.len()).map(|()| s)) {
             Ok(s) => s,
             Err(e) => {
                 let _ = handover::send(
@@ -312,7 +343,7 @@ pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
         fds: fds.into_iter().map(Some).collect(),
     };
     info!(
-        "upgrade: received state of {} ({} descriptors, {} inodes, {} open files)",
+        "received the state of {} ({} descriptors, {} inodes, {} open files)",
         incoming.state.writer_version,
         incoming.fds.len(),
         incoming.state.fs.inodes.len(),

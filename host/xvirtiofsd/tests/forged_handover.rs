@@ -42,7 +42,7 @@ fn successor_opt(control: &Path, args: &[&str]) -> Opt {
 }
 
 fn take_over_err(control: &Path, args: &[&str]) -> String {
-    match Daemon::take_over(control, &successor_opt(control, args)) {
+    match Daemon::take_over(control, &successor_opt(control, args), None) {
         Ok(_) => panic!("a forged handover was accepted ({args:?})"),
         Err(e) => xvirtiofsd::error_chain(&e),
     }

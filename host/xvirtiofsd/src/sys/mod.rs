@@ -6,6 +6,9 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
+mod process;
+pub use process::*;
+
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
         Err(io::Error::last_os_error())
@@ -323,103 +326,6 @@ pub fn sandbox_namespace(root: &Path) -> io::Result<OwnedFd> {
     Ok(proc_self_fd)
 }
 
-/// Who a process is after [`fork_into_pid_namespace`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Forked {
-    /// The original process; the argument is the child's pid.
-    Parent(libc::pid_t),
-    /// The child: the first process of a new PID namespace.
-    Child,
-}
-
-/// `unshare(CLONE_NEWPID)` then `fork()`: the child is process 1 of a new
-/// PID namespace and is killed (SIGKILL) if the parent dies. Call while the
-/// process has a single thread.
-pub fn fork_into_pid_namespace() -> io::Result<Forked> {
-    // SAFETY: unshare takes flags only.
-    cvt(unsafe { libc::unshare(libc::CLONE_NEWPID) })?;
-    // SAFETY: the caller guarantees a single thread, so the child's copy of
-    // the process is consistent (no lock held by another thread).
-    let pid = unsafe { libc::fork() };
-    match pid {
-        -1 => Err(io::Error::last_os_error()),
-        0 => {
-            // SAFETY: prctl with integer arguments.
-            cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
-            Ok(Forked::Child)
-        }
-        child => Ok(Forked::Parent(child)),
-    }
-}
-
-/// Signals a supervising parent passes on to its child.
-const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
-
-/// Waits for `child`, passing on every signal of [`FORWARDED`] to it;
-/// returns its exit status (128 + the signal if a signal ended it).
-pub fn supervise(child: libc::pid_t) -> io::Result<i32> {
-    // SAFETY: sigset_t is plain data; sigemptyset initializes it.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t for these calls.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        for s in FORWARDED {
-            libc::sigaddset(&mut set, s);
-        }
-    }
-    // SAFETY: `set` is initialized; the old mask is not needed.
-    cvt(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
-    loop {
-        // The child may have ended before SIGCHLD was blocked: look first.
-        let mut status = 0;
-        // SAFETY: waitpid writes the status into `status`.
-        let r = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
-        if r == child {
-            return Ok(if libc::WIFSIGNALED(status) {
-                128 + libc::WTERMSIG(status)
-            } else {
-                libc::WEXITSTATUS(status)
-            });
-        }
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `set` is initialized; no siginfo is wanted.
-        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
-        if sig > 0 && sig != libc::SIGCHLD {
-            // SAFETY: kill with integer arguments, to our own child.
-            unsafe { libc::kill(child, sig) };
-        }
-    }
-}
-
-extern "C" fn exit_on_signal(sig: libc::c_int) {
-    // SAFETY: _exit is async-signal-safe and ends the process at once.
-    unsafe { libc::_exit(128 + sig) }
-}
-
-/// Makes every signal of [`FORWARDED`] end the process with status 128 +
-/// the signal, as their default action would: the first process of a PID
-/// namespace ignores a signal from outside it that it has no handler for.
-pub fn exit_on_forwarded_signals() -> io::Result<()> {
-    for sig in FORWARDED {
-        // SAFETY: sigaction is plain data; zeroed is an empty mask, no flags.
-        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = exit_on_signal as extern "C" fn(libc::c_int) as usize;
-        // SAFETY: `sa` is a valid sigaction whose handler only calls _exit.
-        cvt(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
-    }
-    Ok(())
-}
-
 /// This process's pid in the host's PID namespace (the first `NSpid` of
 /// `/proc/self/status`); read before a new /proc is mounted.
 pub fn host_pid() -> Option<u32> {
@@ -478,19 +384,6 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     // SAFETY: set is a valid cpu_set_t of the size given; 0 = this thread.
     cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
     Ok(())
-}
-
-/// Whether process `pid` still runs: it exists and is not a zombie (a zombie
-/// has exited and only waits for its parent to reap it).
-pub fn process_running(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the
-    // state is the first field after the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_some_and(|state| state != "Z" && state != "X")
 }
 
 /// Number of CPUs this process may run on.
@@ -595,13 +488,6 @@ pub fn socket_ident(fd: BorrowedFd<'_>) -> String {
         Ok(_) => format!("socket:[{}]", st.st_ino),
         Err(_) => "socket:[?]".into(),
     }
-}
-
-/// Starts a new session (detaches from the controlling terminal and process group).
-pub fn new_session() -> io::Result<()> {
-    // SAFETY: setsid takes no arguments.
-    cvt(unsafe { libc::setsid() })?;
-    Ok(())
 }
 
 /// Descriptors this process inherited that are its own pid file: `*.pid`
@@ -746,4 +632,16 @@ pub fn set_caps(mask: u64) -> io::Result<()> {
     let r = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
     cvt(r as libc::c_int)?;
     Ok(())
+}
+
+/// Takes ownership of an inherited descriptor number (a command-line
+/// `--holder-*` option), checking it is open; it becomes close-on-exec.
+pub fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
+    if fd < 3 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    set_cloexec(fd, true)?;
+    // SAFETY: the descriptor is open (F_GETFD succeeded in set_cloexec) and
+    // the caller hands its number over; nothing else in the process owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -143,10 +143,13 @@ impl Connection {
 
     /// Serves messages until the front-end disconnects or `interrupt` becomes
     /// readable between two messages.
+    /// `after` runs after each message is handled, before its reply (a
+    /// crash-restart checkpoint must hold what the front-end is told).
     pub fn serve(
         &mut self,
         dev: &mut Device,
         interrupt: Option<BorrowedFd<'_>>,
+        after: &mut dyn FnMut(&Device),
     ) -> Result<ServeEnd> {
         loop {
             if self.wait(dev, interrupt)? {
@@ -177,6 +180,7 @@ impl Connection {
                 msg.fds.len()
             );
             let result = dev.handle(req, &msg.body, msg.fds);
+            after(dev);
             match result {
                 Ok(Some(reply)) => self.send(msg.request, &reply)?,
                 Ok(None) => {

@@ -49,6 +49,8 @@ pub struct DeviceConfig {
     pub queue_cpus: Vec<usize>,
     /// VM live migration of the device state.
     pub migration: MigrationConfig,
+    /// Crash restart: the journal requests in flight are recorded in.
+    pub journal: Option<&'static xvfs_fs::journal::Journal>,
 }
 
 impl DeviceConfig {
@@ -59,6 +61,7 @@ impl DeviceConfig {
             poll: PollConfig::NEVER,
             queue_cpus: Vec::new(),
             migration: MigrationConfig::default(),
+            journal: None,
         }
     }
 
@@ -72,6 +75,7 @@ impl DeviceConfig {
             poll: self.poll,
             cpu,
             log: None,
+            journal: self.journal,
         }
     }
 }
@@ -95,6 +99,9 @@ pub struct Device {
     /// A device state transfer under way (SET_DEVICE_STATE_FD), until
     /// CHECK_DEVICE_STATE.
     pub(super) transfer: Option<Transfer>,
+    /// Per ring, after a crash restart: start at the used index of guest
+    /// memory (once; see [`RingConfig::from_used`]).
+    pub(super) crash_resume: Vec<bool>,
 }
 
 impl Device {
@@ -114,6 +121,7 @@ impl Device {
             fault_log: RateLimiter::new(),
             log: None,
             transfer: None,
+            crash_resume: Vec::new(),
         })
     }
 
@@ -236,7 +244,8 @@ impl Device {
         let mut opts = self.cfg.worker_options(i);
         opts.log = self.log_target(i);
         let supervisor = &self.supervisor;
-        self.vrings[i].start(|v, kick| {
+        let from_used = self.crash_resume.get(i).copied().unwrap_or(false);
+        let started = self.vrings[i].start(|v, kick| {
             let cfg = RingConfig {
                 index: i,
                 size: v.size,
@@ -245,6 +254,7 @@ impl Device {
                 used: mem_table.vmm_va_to_gpa(v.used_va)?,
                 next_avail: v.base,
                 event_idx,
+                from_used,
             };
             let fds = WorkerFds {
                 kick,
@@ -265,6 +275,11 @@ impl Device {
             );
             Ok(worker)
         })?;
+        if started {
+            if let Some(f) = self.crash_resume.get_mut(i) {
+                *f = false;
+            }
+        }
         Ok(())
     }
 

@@ -74,11 +74,14 @@ impl Device {
     /// Rebuilds a device from a predecessor's state. `take` hands out the
     /// descriptor at an index (each at most once). No worker is started: call
     /// [`Device::resume`] once the predecessor has stopped for good.
+    /// After a crash (`crashed`), the rings' positions in `st` are stale:
+    /// each ring continues from the used index in guest memory.
     pub fn import(
         cfg: DeviceConfig,
         server: Arc<Server>,
         st: &DeviceState,
         take: &mut dyn FnMut(u32) -> io::Result<OwnedFd>,
+        crashed: bool,
     ) -> Result<Device> {
         if st.vrings.len() != cfg.max_queues {
             return Err(VhostUserError::ImportMismatch("number of virtqueues"));
@@ -91,6 +94,7 @@ impl Device {
             ));
         }
         let mut dev = Device::new(cfg, server)?;
+        dev.crash_resume = vec![crashed; st.vrings.len()];
         dev.acked_features = st.acked_features;
         dev.acked_protocol = st.acked_protocol;
         dev.owner = st.owner;

@@ -123,7 +123,7 @@ impl Vmm {
     pub fn start_with(dir: &std::path::Path, cfg: DeviceConfig) -> Vmm {
         Self::start_serving(dir, cfg, |mut dev, theirs| {
             let mut conn = Connection::new(theirs);
-            let r = conn.serve(&mut dev, None).map(|_| ());
+            let r = conn.serve(&mut dev, None, &mut |_| {}).map(|_| ());
             dev.stop_all();
             r
         })
@@ -528,6 +528,7 @@ pub fn serve_refusing_handovers(
             connection: String::new(),
             control_path: control_path.display().to_string(),
             stats: OnceLock::new(),
+            journal: None,
         });
         let spawn = |l| {
             control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
@@ -535,7 +536,7 @@ pub fn serve_refusing_handovers(
         };
         let mut thread = spawn(listener);
         let r = loop {
-            match conn.serve(&mut dev, Some(wake.as_fd())) {
+            match conn.serve(&mut dev, Some(wake.as_fd()), &mut |_| {}) {
                 Ok(ServeEnd::Disconnected) => break Ok(()),
                 Ok(ServeEnd::Interrupted) => {
                     let _ = xvirtiofsd::sys::eventfd_drain(wake.as_fd());

@@ -1,0 +1,94 @@
+//! Crash restart, serving side: the link to the holder (`holder.rs`).
+//!
+//! The holder starts this process with two inherited descriptors: a socket
+//! to the holder and the journal's memory file. Over the socket this
+//! process sends a *checkpoint* after every vhost-user message it handles
+//! (before replying to the front-end): the live-upgrade state of the device
+//! and daemon without the file system (`virtio_fs_ext::state`), with the
+//! connection, guest memory, eventfds and control socket attached. The
+//! holder keeps the latest one, so that it always has what a new serving
+//! process needs besides the journal. Before this process ends of its own
+//! accord it sends BYE: the holder then ends too instead of restarting it.
+
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use log::warn;
+use virtio_fs_ext::handover;
+use xvfs_fs::journal::{Journal, JournalError};
+
+use crate::cli::Opt;
+use crate::sys;
+use crate::upgrade::{self, Incoming, UpgradeError};
+
+/// BYE: the serving process ends of its own accord (payload: why).
+pub const BYE: u32 = 9;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("--holder-socket/--holder-journal descriptor")]
+    Fd(#[source] std::io::Error),
+    #[error("the holder's journal")]
+    Journal(#[from] JournalError),
+}
+
+/// This serving process's link to its holder.
+#[derive(Debug)]
+pub struct HolderLink {
+    sock: UnixStream,
+    journal: &'static Journal,
+    /// The holder is gone (checkpoints are no longer sent).
+    lost: AtomicBool,
+}
+
+impl HolderLink {
+    /// The link the holder's hidden options describe; None without them.
+    pub fn from_opt(opt: &Opt) -> Result<Option<HolderLink>, LinkError> {
+        let (Some(s), Some(j)) = (opt.holder_socket, opt.holder_journal) else {
+            return Ok(None);
+        };
+        let sock = sys::take_inherited(s).map_err(LinkError::Fd)?;
+        let jfd: OwnedFd = sys::take_inherited(j).map_err(LinkError::Fd)?;
+        let journal = Journal::open(jfd.as_fd())?;
+        // The mapping stays; the descriptor is not needed any more.
+        drop(jfd);
+        Ok(Some(HolderLink {
+            sock: UnixStream::from(sock),
+            journal: Box::leak(Box::new(journal)),
+            lost: AtomicBool::new(false),
+        }))
+    }
+
+    /// The journal.
+    pub fn journal(&self) -> &'static Journal {
+        self.journal
+    }
+
+    /// A crashed predecessor's state, from the holder.
+    pub fn receive(&self) -> Result<Incoming, UpgradeError> {
+        let peer = self.sock.try_clone().map_err(handover::HandoverError::Io)?;
+        upgrade::receive_from_holder(peer)
+    }
+
+    /// Sends a checkpoint (see the module documentation). A holder that
+    /// cannot take it is reported once; serving goes on without it.
+    pub fn checkpoint(&self, blob: &[u8], fds: &[RawFd]) {
+        if self.lost.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = handover::send_state(&self.sock, blob, fds) {
+            self.lost.store(true, Ordering::Relaxed);
+            warn!(
+                "crash restart: the holder takes no checkpoint ({}); a crash from now on \
+                 is not survived",
+                crate::error_chain(&e)
+            );
+        }
+    }
+
+    /// Tells the holder this process ends of its own accord.
+    pub fn bye(&self, why: &str) {
+        let _ = handover::send(&self.sock, BYE, why.as_bytes(), &[]);
+    }
+}

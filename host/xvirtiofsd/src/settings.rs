@@ -1,0 +1,128 @@
+//! The daemon's settings: the command line as plain state ([`ConfigState`],
+//! what a live upgrade or a crash restart hands on), and the configuration
+//! of each component derived from that state.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use log::info;
+use virtio_fs_ext::state::ConfigState;
+use xvfs_fs::passthrough::XattrMap;
+use xvfs_fs::Config;
+
+use crate::cli::{Opt, PollMode};
+use crate::daemon::SetupError;
+use crate::migration::MigrationConfig;
+use crate::queue::PollConfig;
+use crate::sys;
+use crate::vhost_user::DeviceConfig;
+
+/// The settings a daemon runs with, from its command line (what a live
+/// upgrade hands on).
+pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
+    ConfigState {
+        shared_dir: shared_dir.display().to_string(),
+        cache: opt.cache,
+        xattr: opt.xattr,
+        readonly: opt.readonly,
+        writeback: opt.writeback,
+        allow_direct_io: opt.allow_direct_io,
+        readdirplus: !opt.no_readdirplus,
+        sandbox: opt.sandbox,
+        seccomp: opt.seccomp,
+        queues: opt.queues,
+        poll_mode: opt.poll,
+        poll_us: opt
+            .poll_us
+            .unwrap_or(if sys::online_cpus() <= 2 { 0 } else { 50 }),
+        poll_cpu_max: opt.poll_cpu_max,
+        syslog: opt.syslog,
+        preserve_noatime: opt.preserve_noatime,
+        queue_cpus: opt.queue_cpus.iter().map(|&c| c as u32).collect(),
+        metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
+        log_level: opt.log_level,
+        socket_path: opt.socket_path.as_ref().map(|p| p.display().to_string()),
+        migration_mode: opt.migration_mode,
+        migration_on_error: opt.migration_on_error,
+        migration_verify_handles: opt.migration_verify_handles,
+        migration_confirm_paths: opt.migration_confirm_paths,
+        xattrmap: opt.xattrmap.clone(),
+        no_device_nodes: opt.no_device_nodes,
+        no_setid: opt.no_setid,
+    }
+}
+
+/// The cap on inodes plus open handles: `--max-open`, or by default the
+/// open-file limit minus headroom for the daemon's own descriptors (guest
+/// memory, eventfds, sockets, a successor's transfer): an eighth of the
+/// limit, at least 1024, or half of a small limit.
+pub(crate) fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, SetupError> {
+    let limit_n = usize::try_from(limit).unwrap_or(usize::MAX);
+    let headroom = if limit_n > 4096 {
+        (limit_n / 8).max(1024)
+    } else {
+        limit_n / 2
+    };
+    let most = limit_n - headroom;
+    match requested {
+        None => Ok(most),
+        Some(n) if (1..=most).contains(&n) => Ok(n),
+        Some(n) => Err(SetupError::MaxOpen(n, most, limit)),
+    }
+}
+
+pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, SetupError> {
+    let xattrmap = c.xattrmap.as_deref().map(XattrMap::parse).transpose()?;
+    if xattrmap.as_ref().is_some_and(XattrMap::remaps_capability) {
+        return Err(SetupError::CapabilityRemapped);
+    }
+    Ok(Config {
+        root_dir: PathBuf::from(&c.shared_dir),
+        cache: c.cache.into(),
+        xattr: c.xattr,
+        readonly: c.readonly,
+        writeback: c.writeback,
+        allow_direct_io: c.allow_direct_io,
+        readdirplus: c.readdirplus,
+        preserve_noatime: c.preserve_noatime,
+        max_open,
+        xattrmap,
+        no_device_nodes: c.no_device_nodes,
+        no_setid: c.no_setid,
+    })
+}
+
+/// The device settings: queues, busy-wait (documented in --help), pinning.
+pub(crate) fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfig {
+    let mode = c.poll_mode;
+    if mode == PollMode::Never || c.poll_us == 0 {
+        info!(
+            "polling: off (mode {mode:?}, window {} µs, {} host CPUs)",
+            c.poll_us,
+            sys::online_cpus()
+        );
+    } else {
+        info!(
+            "polling: {mode:?}, window {} µs, measured wake-up cost {} µs",
+            c.poll_us,
+            wake_cost.as_micros()
+        );
+    }
+    DeviceConfig {
+        max_queues: usize::from(c.queues) + 1,
+        poll: PollConfig {
+            mode,
+            window: Duration::from_micros(c.poll_us),
+            wake_cost,
+            cpu_max: c.poll_cpu_max,
+        },
+        queue_cpus: c.queue_cpus.iter().map(|&c| c as usize).collect(),
+        migration: MigrationConfig {
+            mode: c.migration_mode,
+            on_error: c.migration_on_error,
+            verify_handles: c.migration_verify_handles,
+            confirm_paths: c.migration_confirm_paths,
+        },
+        journal: None,
+    }
+}

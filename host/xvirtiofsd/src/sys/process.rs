@@ -1,0 +1,196 @@
+//! Process system calls: the PID-namespace fork and its supervisor, child
+//! processes (pidfd, reaping, signals), sessions.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use super::cvt;
+
+/// Who a process is after [`fork_into_pid_namespace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forked {
+    /// The original process; the argument is the child's pid.
+    Parent(libc::pid_t),
+    /// The child: the first process of a new PID namespace.
+    Child,
+}
+
+/// `unshare(CLONE_NEWPID)` then `fork()`: the child is process 1 of a new
+/// PID namespace and is killed (SIGKILL) if the parent dies. Call while the
+/// process has a single thread.
+pub fn fork_into_pid_namespace() -> io::Result<Forked> {
+    // SAFETY: unshare takes flags only.
+    cvt(unsafe { libc::unshare(libc::CLONE_NEWPID) })?;
+    // SAFETY: the caller guarantees a single thread, so the child's copy of
+    // the process is consistent (no lock held by another thread).
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: prctl with integer arguments.
+            cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+            Ok(Forked::Child)
+        }
+        child => Ok(Forked::Parent(child)),
+    }
+}
+
+/// Signals a supervising parent passes on to its child.
+const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Waits for `child`, passing on every signal of [`FORWARDED`] to it;
+/// returns its exit status (128 + the signal if a signal ended it).
+pub fn supervise(child: libc::pid_t) -> io::Result<i32> {
+    // SAFETY: sigset_t is plain data; sigemptyset initializes it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t for these calls.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    // SAFETY: `set` is initialized; the old mask is not needed.
+    cvt(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
+    loop {
+        // The child may have ended before SIGCHLD was blocked: look first.
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into `status`.
+        let r = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if r == child {
+            return Ok(if libc::WIFSIGNALED(status) {
+                128 + libc::WTERMSIG(status)
+            } else {
+                libc::WEXITSTATUS(status)
+            });
+        }
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `set` is initialized; no siginfo is wanted.
+        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        if sig > 0 && sig != libc::SIGCHLD {
+            // SAFETY: kill with integer arguments, to our own child.
+            unsafe { libc::kill(child, sig) };
+        }
+    }
+}
+
+extern "C" fn exit_on_signal(sig: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe and ends the process at once.
+    unsafe { libc::_exit(128 + sig) }
+}
+
+/// Makes every signal of [`FORWARDED`] end the process with status 128 +
+/// the signal, as their default action would: the first process of a PID
+/// namespace ignores a signal from outside it that it has no handler for.
+pub fn exit_on_forwarded_signals() -> io::Result<()> {
+    for sig in FORWARDED {
+        // SAFETY: sigaction is plain data; zeroed is an empty mask, no flags.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = exit_on_signal as extern "C" fn(libc::c_int) as usize;
+        // SAFETY: `sa` is a valid sigaction whose handler only calls _exit.
+        cvt(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
+    }
+    Ok(())
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie (a zombie
+/// has exited and only waits for its parent to reap it).
+pub fn process_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the
+    // state is the first field after the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: the syscall takes integers and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// How a child process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEnd {
+    /// `exit(status)`.
+    Exited(i32),
+    /// Killed by a signal.
+    Signaled(i32),
+}
+
+/// Reaps child `pid` (waits for it).
+pub fn reap(pid: libc::pid_t) -> io::Result<ChildEnd> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into `status`.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(if libc::WIFSIGNALED(status) {
+                ChildEnd::Signaled(libc::WTERMSIG(status))
+            } else {
+                ChildEnd::Exited(libc::WEXITSTATUS(status))
+            });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Sends `sig` to `pid`.
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: kill takes integers.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Runs `handler` for each signal in `sigs` (forwarding to a child).
+pub fn on_signals(sigs: &[libc::c_int], handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
+    for &sig in sigs {
+        // SAFETY: sigaction is plain data; zeroed is an empty mask, no flags.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = handler as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: `sa` is a valid sigaction; the handler is async-signal-safe
+        // (the caller's promise).
+        cvt(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
+    }
+    Ok(())
+}
+
+/// The signals a supervising process passes on.
+pub fn forwarded_signals() -> &'static [libc::c_int] {
+    &FORWARDED
+}
+
+/// `PR_SET_PDEATHSIG`: this process gets `sig` when its parent dies (kept
+/// across exec). Async-signal-safe (a `pre_exec` hook may call it).
+pub fn die_with_parent(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig, 0, 0, 0) })?;
+    Ok(())
+}
+/// Starts a new session (detaches from the controlling terminal and process group).
+pub fn new_session() -> io::Result<()> {
+    // SAFETY: setsid takes no arguments.
+    cvt(unsafe { libc::setsid() })?;
+    Ok(())
+}
