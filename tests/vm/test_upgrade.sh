@@ -20,6 +20,8 @@ set -euo pipefail
 
 # shellcheck source=tests/vm/lib.sh
 . "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/vm/workload.sh
+. "$(dirname "$0")/workload.sh"
 
 vmt_init upgrade
 UPGRADES=${XVFS_UPGRADES:-20}
@@ -43,42 +45,7 @@ VERSION_A=$("$BIN_DIR/xvirtiofsd-a" --version | awk '{print $2}')
 VERSION_B=$("$BIN_DIR/xvirtiofsd-b" --version | awk '{print $2}')
 assert_ok "the two builds report different versions ($VERSION_A, $VERSION_B)" test "$VERSION_A" != "$VERSION_B"
 
-# shellcheck disable=SC2016 # expanded by the guest's shell, not here
-GUEST_SCRIPT='
-S=/mnt/shared
-mkdir -p $S/loop
-exec 3< $S/keep
-fio --name=tick --filename=$S/tick.dat --rw=write --bs=4k --size=256k --time_based --runtime=900 \
-    --rate_iops=200 --ioengine=psync --write_lat_log=/tmp/tick --log_avg_msec=0 --eta=never \
-    --output=/tmp/tick.out &
-TICK=$!
-( n=0; fail=0
-  while [ ! -e $S/done ]; do
-    n=$((n+1))
-    fio --name=v$n --filename=$S/verify.dat --size=1m --bs=4k --rw=randwrite --verify=crc32c \
-        --do_verify=1 --ioengine=psync --eta=never --output=/tmp/v.out || { fail=$((fail+1)); cat /tmp/v.out; }
-  done
-  echo "verify-runs=$n verify-failures=$fail" > /tmp/verify.res ) &
-VER=$!
-( i=0; err=0
-  while [ ! -e $S/done ]; do
-    i=$((i+1))
-    { echo "line $i" > $S/loop/f$i && echo "more $i" >> $S/loop/f$i && mv $S/loop/f$i $S/loop/g$i &&
-      if [ $((i % 3)) -eq 0 ]; then rm $S/loop/g$i; fi; } || err=$((err+1))
-  done
-  echo "loop-iterations=$i loop-errors=$err" > /tmp/loop.res ) 2>/tmp/loop.err &
-LOOP=$!
-touch $S/started
-while [ ! -e $S/done ]; do sleep 1; done
-wait $LOOP; wait $VER
-kill -INT $TICK; wait $TICK
-cat /tmp/loop.res /tmp/verify.res
-echo "loop-stderr-lines=$(wc -l < /tmp/loop.err)"
-cat /tmp/loop.err
-grep -o "err= *[0-9]*" /tmp/tick.out | sed "s/ //g; s/^/tick-/"
-echo "kept-fd-content=$(cat <&3)"
-cp /tmp/tick_lat.1.log $S/tick_lat.log
-'
+GUEST_SCRIPT=$WORKLOAD_GUEST_SCRIPT
 
 status_field() { # status_field CONTROL FIELD
     "$BIN_DIR/xvirtiofsd-a" status --control "$1" |
@@ -102,21 +69,12 @@ successor_args() { # successor_args CONTROL
     done
 }
 
-wait_started() {
-    local i
-    for i in $(seq 1 240); do
-        [ -e "$1/started" ] && return 0
-        sleep 0.5
-    done
-    return 1
-}
-
 # The host side of the first boot; its assertions go to a file read afterwards
 # (this runs in the background while the guest runs).
 host_side() {
     local share=$1 ctl=$2 n bin want rc conn0 pid
     local -a sargs
-    wait_started "$share" || { echo "FAILCHECK guest never started"; touch "$share/done"; return; }
+    workload_wait_started "$share" || { echo "FAILCHECK guest never started"; touch "$share/done"; return; }
     conn0=$(status_field "$ctl" connection)
     for n in $(seq 1 "$UPGRADES"); do
         if [ $((n % 2)) -eq 1 ]; then bin=$BIN_DIR/xvirtiofsd-b want=$VERSION_B; else bin=$BIN_DIR/xvirtiofsd-a want=$VERSION_A; fi
@@ -146,8 +104,7 @@ host_side() {
 
 SHARE=$VMT_DIR/share
 CTL=$VMT_DIR/ctl.sock
-mkdir -p "$SHARE"
-echo before > "$SHARE/keep"
+workload_prepare "$SHARE"
 host_side "$SHARE" "$CTL" >"$VMT_DIR/host-side.txt" 2>&1 &
 HOST_PID=$!
 rc=0
@@ -166,46 +123,8 @@ while read -r tag name want got; do
 done <"$VMT_DIR/host-side.txt"
 
 # Guest-side results.
-out=$VMT_DIR/guest.out
-field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$out" | head -n 1; }
-assert_eq 0 "$(field loop-errors)" "shell loop: no failed operation"
-assert_eq 0 "$(field loop-stderr-lines)" "shell loop: no error message"
-assert_eq 0 "$(field verify-failures)" "fio: every crc32c verification passed"
-assert_ok "fio: verification ran during the upgrades ($(field verify-runs) runs)" test "$(field verify-runs)" -gt 0
-assert_eq "err=0" "$(field tick-err | sed 's/^/err=/')" "steady stream: no I/O error"
-assert_eq before "$(field kept-fd-content)" "a file opened before the first upgrade reads through the same descriptor"
-
-iters=$(field loop-iterations)
-bad=0
-for i in $(seq 1 "$iters"); do
-    if [ $((i % 3)) -eq 0 ]; then
-        [ ! -e "$SHARE/loop/g$i" ] || bad=$((bad + 1))
-    else
-        [ "$(cat "$SHARE/loop/g$i" 2>/dev/null)" = "line $i
-more $i" ] || bad=$((bad + 1))
-    fi
-done
-assert_eq 0 "$bad" "all $iters loop iterations left the expected files on the host"
-assert_eq 0 "$(find "$SHARE/loop" -name 'f*' | wc -l)" "no half-done loop file on the host"
-
-# The pause: gaps between consecutive completions of the steady stream.
-if [ -s "$SHARE/tick_lat.log" ]; then
-    python3 - "$SHARE/tick_lat.log" "$UPGRADES" "$VMT_DIR/pause.txt" <<'PY'
-import statistics, sys
-times = sorted(int(l.split(",")[0]) for l in open(sys.argv[1]) if l.strip())
-gaps = sorted((b - a for a, b in zip(times, times[1:])), reverse=True)
-n = int(sys.argv[2])
-top = gaps[:n]
-line = (f"guest-visible pause over {n} upgrades (largest gaps of a 200/s request stream): "
-        f"median {statistics.median(top)} ms, max {max(top)} ms; "
-        f"normal gap {statistics.median(gaps)} ms over {len(times)} requests")
-print(line)
-open(sys.argv[3], "w").write(line + "\n")
-PY
-    pass "pause measured ($(cat "$VMT_DIR/pause.txt"))"
-else
-    fail "no completion log from the steady stream"
-fi
+workload_check "$VMT_DIR/guest.out" "$SHARE" "the upgrades"
+workload_pause "$SHARE" "$UPGRADES" upgrades "$VMT_DIR/pause.txt"
 
 # Second boot: a daemon started with --fd, as libvirt does, under a stand-in
 # for systemd's notification socket (NOTIFY_SOCKET, as xvirtiofsd@.service
@@ -224,10 +143,9 @@ with open(sys.argv[2], "a") as log:
         log.flush()
 PY
 NOTIFY_PID=$!
-mkdir -p "$SHARE2"
-echo before > "$SHARE2/keep"
+workload_prepare "$SHARE2"
 (
-    wait_started "$SHARE2" || { touch "$SHARE2/done"; exit 0; }
+    workload_wait_started "$SHARE2" || { touch "$SHARE2/done"; exit 0; }
     for n in 1 2 3; do
         rc=0
         mapfile -t sargs < <(successor_args "$CTL2")
@@ -261,6 +179,7 @@ for n in 1 2 3; do
         grep -q "^MAINPID=${pid:-none} READY=1 " "$NOTIFY_LOG"
 done
 out=$VMT_DIR/guest-fd.out
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$out" | head -n 1; }
 assert_eq 0 "$(field loop-errors)" "--fd daemon: shell loop without errors"
 assert_eq 0 "$(field verify-failures)" "--fd daemon: verification passed"
 assert_eq before "$(field kept-fd-content)" "--fd daemon: early-opened file still reads"

@@ -1,0 +1,135 @@
+# shellcheck shell=bash
+# The guest I/O workload the no-downtime tests (upgrade, crash restart) run
+# while the host disrupts the daemon, and its checks. Source after lib.sh.
+#
+# In the guest, on the share, all at once until the host creates $S/done:
+# a steady stream of small writes (fio, 200 per second, with a per-request
+# completion log: its largest gaps are the guest-visible pauses), fio runs
+# with crc32c verification one after the other, a shell loop that creates,
+# appends to, renames and deletes files, and `ls -R` of a tree that must list
+# the same every time; a file opened before anything else is read through its
+# descriptor at the end.
+
+# The script is too long for the kernel command line: workload_prepare puts
+# it in the share and the guest runs it from there.
+# shellcheck disable=SC2034 # used by the tests that source this file
+WORKLOAD_GUEST_SCRIPT='sh /mnt/shared/workload-guest.sh'
+
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+WORKLOAD_GUEST_BODY='
+S=/mnt/shared
+mkdir -p $S/loop
+exec 3< $S/keep
+fio --name=tick --filename=$S/tick.dat --rw=write --bs=4k --size=256k --time_based --runtime=900 \
+    --rate_iops=200 --ioengine=psync --write_lat_log=/tmp/tick --log_avg_msec=0 --eta=never \
+    --output=/tmp/tick.out &
+TICK=$!
+( n=0; fail=0
+  while [ ! -e $S/done ]; do
+    n=$((n+1))
+    fio --name=v$n --filename=$S/verify.dat --size=1m --bs=4k --rw=randwrite --verify=crc32c \
+        --do_verify=1 --ioengine=psync --eta=never --output=/tmp/v.out || { fail=$((fail+1)); cat /tmp/v.out; }
+  done
+  echo "verify-runs=$n verify-failures=$fail" > /tmp/verify.res ) &
+VER=$!
+( i=0; err=0
+  while [ ! -e $S/done ]; do
+    i=$((i+1))
+    { echo "line $i" > $S/loop/f$i && echo "more $i" >> $S/loop/f$i && mv $S/loop/f$i $S/loop/g$i &&
+      if [ $((i % 3)) -eq 0 ]; then rm $S/loop/g$i; fi; } || err=$((err+1))
+  done
+  echo "loop-iterations=$i loop-errors=$err" > /tmp/loop.res ) 2>/tmp/loop.err &
+LOOP=$!
+( w=0; err=0
+  while [ ! -e $S/done ]; do
+    w=$((w+1)); got=$(ls -R $S/tree 2>>/tmp/ls.err | grep -c "^f[0-9]")
+    [ "$got" = 128 ] || { err=$((err+1)); echo "ls -R: $got files, not 128" >> /tmp/ls.err; }
+    sleep 0.2
+  done
+  echo "ls-walks=$w ls-errors=$err" > /tmp/ls.res ) &
+LS=$!
+touch $S/started
+while [ ! -e $S/done ]; do sleep 1; done
+wait $LOOP; wait $VER; wait $LS
+kill -INT $TICK; wait $TICK
+cat /tmp/loop.res /tmp/verify.res /tmp/ls.res
+echo "loop-stderr-lines=$(wc -l < /tmp/loop.err)"
+cat /tmp/loop.err /tmp/ls.err 2>/dev/null
+grep -o "err= *[0-9]*" /tmp/tick.out | sed "s/ //g; s/^/tick-/"
+echo "kept-fd-content=$(cat <&3)"
+cp /tmp/tick_lat.1.log $S/tick_lat.log
+'
+
+# workload_prepare SHARE: the guest's script, the file it keeps open and the
+# tree it lists (8 directories of 16 files).
+workload_prepare() {
+    local d f
+    mkdir -p "$1"
+    echo before >"$1/keep"
+    printf '%s\n' "$WORKLOAD_GUEST_BODY" >"$1/workload-guest.sh"
+    for d in $(seq 1 8); do
+        mkdir -p "$1/tree/d$d"
+        for f in $(seq 1 16); do echo "$d/$f" >"$1/tree/d$d/f$f"; done
+    done
+}
+
+# workload_wait_started SHARE: until the guest's workload runs (2 minutes).
+workload_wait_started() {
+    local i
+    for i in $(seq 1 240); do
+        [ -e "$1/started" ] && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
+# workload_check OUT SHARE WHAT: the guest's results (OUT) and the files the
+# loop left on the host. WHAT names the disruption ("the upgrades").
+workload_check() {
+    local out=$1 share=$2 what=$3 iters bad i
+    wfield() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$out" | head -n 1; }
+    assert_eq 0 "$(wfield loop-errors)" "shell loop: no failed operation"
+    assert_eq 0 "$(wfield loop-stderr-lines)" "shell loop: no error message"
+    assert_eq 0 "$(wfield verify-failures)" "fio: every crc32c verification passed"
+    assert_ok "fio: verification ran during $what ($(wfield verify-runs) runs)" \
+        test "$(wfield verify-runs)" -gt 0
+    assert_eq 0 "$(wfield ls-errors)" "ls -R of a tree: the same listing every time ($(wfield ls-walks) walks)"
+    assert_eq "err=0" "$(wfield tick-err | sed 's/^/err=/')" "steady stream: no I/O error"
+    assert_eq before "$(wfield kept-fd-content)" \
+        "a file opened before $what reads through the same descriptor"
+    iters=$(wfield loop-iterations)
+    bad=0
+    for i in $(seq 1 "$iters"); do
+        if [ $((i % 3)) -eq 0 ]; then
+            [ ! -e "$share/loop/g$i" ] || bad=$((bad + 1))
+        else
+            [ "$(cat "$share/loop/g$i" 2>/dev/null)" = "line $i
+more $i" ] || bad=$((bad + 1))
+        fi
+    done
+    assert_eq 0 "$bad" "all $iters loop iterations left the expected files on the host"
+    assert_eq 0 "$(find "$share/loop" -name 'f*' | wc -l)" "no half-done loop file on the host"
+}
+
+# workload_pause SHARE N WHAT FILE: the guest-visible pause per disruption
+# (the N largest gaps between completions of the steady stream), printed
+# and written to FILE.
+workload_pause() {
+    if [ ! -s "$1/tick_lat.log" ]; then
+        fail "no completion log from the steady stream"
+        return
+    fi
+    python3 - "$1/tick_lat.log" "$2" "$3" "$4" <<'PY'
+import statistics, sys
+times = sorted(int(l.split(",")[0]) for l in open(sys.argv[1]) if l.strip())
+gaps = sorted((b - a for a, b in zip(times, times[1:])), reverse=True)
+n, what = int(sys.argv[2]), sys.argv[3]
+top = gaps[:n]
+line = (f"guest-visible pause over {n} {what} (largest gaps of a 200/s request stream): "
+        f"median {statistics.median(top)} ms, max {max(top)} ms; "
+        f"normal gap {statistics.median(gaps)} ms over {len(times)} requests")
+print(line)
+open(sys.argv[4], "w").write(line + "\n")
+PY
+    pass "pause measured ($(cat "$4"))"
+}
