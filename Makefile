@@ -26,7 +26,7 @@ export SHARE CMD QUEUES VCPUS MEM DAEMON DAEMON_ARGS XVFS_ACCEL
 # `make vm DAEMON=/opt/.../virtiofsd` does not need our daemon built.
 VM_BUILD := $(if $(filter $(DEFAULT_DAEMON),$(abspath $(DAEMON))),build)
 
-.PHONY: help deps build image vm test clean bench bench-quick upgrade-demo bench-daemon deb fuzz
+.PHONY: help deps build image vm test clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
@@ -37,6 +37,8 @@ help:
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
 	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
 	@echo '             print the guest-visible pause and the error count'
+	@echo 'make crash-demo  the same with --crash-restart and 20 kill -9 of the serving process,'
+	@echo '             then a kill inside each operation and the crash loop (tests/vm/test_crash.sh)'
 	@echo 'make fuzz    run each fuzz target (FUSE requests, virtqueues) for FUZZ_SECONDS (600) and'
 	@echo '             print how many inputs each ran'
 	@echo 'make libvirt-up  install libvirt 11 (bookworm-backports) and start virtlogd + libvirtd by hand'
@@ -71,6 +73,9 @@ test: deps build image
 
 upgrade-demo: deps build image
 	@tests/vm/test_upgrade.sh
+
+crash-demo: deps build image
+	@tests/vm/test_crash.sh
 
 # The fuzz targets (host/fuzz/run.sh --help), each for FUZZ_SECONDS.
 FUZZ_SECONDS ?= 600
