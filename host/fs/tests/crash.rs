@@ -64,6 +64,27 @@ fn a_new_process_finds_every_node_and_handle_again() {
     h.write(f.nodeid, fh, 0, b"journaled").ok();
     let (g, _) = h.create_ok(d, "g");
     h.lookup_ok(d, "f"); // two lookups of f now
+                         // A rename: the journal's name follows the node (for file systems
+                         // without file handles).
+    let ri = abi::RenameIn { newdir: ROOT };
+    h.req(
+        opcode::RENAME,
+        d,
+        &cat(&[&ri.to_bytes(), &cname("f"), &cname("f2")]),
+    )
+    .ok();
+    assert_eq!(j.tables().names[&f.nodeid], (ROOT, b"f2".to_vec()));
+    h.req(
+        opcode::RENAME,
+        ROOT,
+        &cat(&[
+            &abi::RenameIn { newdir: d }.to_bytes(),
+            &cname("f2"),
+            &cname("f"),
+        ]),
+    )
+    .ok();
+    assert_eq!(j.tables().names[&f.nodeid], (d, b"f".to_vec()));
     std::fs::remove_file(h.dir.join("d/g")).unwrap();
     let (dir, _) = (h.dir, ());
 
@@ -169,4 +190,103 @@ fn a_request_in_flight_is_recorded_with_its_reply() {
     assert_eq!(done.phase, xvfs_fs::journal::Phase::Done);
     assert_eq!((done.unique, done.reply), (1 << 40, vec![1, 2, 3]));
     drop(dir);
+}
+
+#[test]
+fn replays_of_links_exchanges_shifts_and_xattrs_are_resolved() {
+    let dir = TestDir::new("replay2");
+    let jf = journal_file(&dir);
+    let j = leak(Journal::create(jf.as_fd(), 2, 256, 256).unwrap());
+    let mut cfg = default_config(&dir.path);
+    cfg.xattr = true;
+    let mut fs = PassthroughFs::new(cfg).unwrap();
+    fs.attach_journal(j);
+    let h = Harness::from_fs(dir, fs);
+    h.init(7, 41, u32::MAX, u32::MAX).ok();
+    std::fs::write(h.dir.join("a"), b"A").unwrap();
+    std::fs::write(h.dir.join("b"), b"B").unwrap();
+    let a = h.lookup_ok(ROOT, "a");
+
+    let l = abi::LinkIn {
+        oldnodeid: a.nodeid,
+    };
+    let link = |h: &Harness| h.req(opcode::LINK, ROOT, &cat(&[&l.to_bytes(), &cname("a2")]));
+    link(&h).ok();
+    assert_eq!(link(&h).err(), libc::EEXIST, "not replaying");
+    j.begin_replay(1);
+    assert_eq!(link(&h).parse::<abi::EntryOut>().nodeid, a.nodeid);
+    j.idle(1);
+
+    let sym = |h: &Harness| h.req(opcode::SYMLINK, ROOT, &cat(&[&cname("s"), &cname("a")]));
+    sym(&h).ok();
+    j.begin_replay(1);
+    sym(&h).ok();
+    j.idle(1);
+
+    // An exchange notes which file the old name held: its replay after it
+    // happened must not swap the names back.
+    let x = abi::Rename2In {
+        newdir: ROOT,
+        flags: libc::RENAME_EXCHANGE,
+        padding: 0,
+    };
+    let exchange = |h: &Harness| {
+        h.req(
+            opcode::RENAME2,
+            ROOT,
+            &cat(&[&x.to_bytes(), &cname("a"), &cname("b")]),
+        )
+    };
+    j.begin_request(1, 1, 1, opcode::RENAME2, 5);
+    exchange(&h).ok();
+    j.begin_replay(1);
+    exchange(&h).ok();
+    j.idle(1);
+    assert_eq!(
+        std::fs::read(h.dir.join("a")).unwrap(),
+        b"B",
+        "exchanged once"
+    );
+
+    // Inserting a range twice is not inserting it once.
+    let (f, fh) = h.create_ok(ROOT, "shift");
+    std::fs::write(h.dir.join("shift"), vec![7u8; 8192]).unwrap();
+    let ins = abi::FallocateIn {
+        fh,
+        offset: 4096,
+        length: 4096,
+        mode: libc::FALLOC_FL_INSERT_RANGE as u32,
+        padding: 0,
+    };
+    j.begin_request(1, 2, 1, opcode::FALLOCATE, 6);
+    h.req(opcode::FALLOCATE, f.nodeid, &ins.to_bytes()).ok();
+    j.begin_replay(1);
+    h.req(opcode::FALLOCATE, f.nodeid, &ins.to_bytes()).ok();
+    j.idle(1);
+    assert_eq!(std::fs::metadata(h.dir.join("shift")).unwrap().len(), 12288);
+
+    let s = abi::SetxattrIn {
+        size: 1,
+        flags: libc::XATTR_CREATE as u32,
+        setxattr_flags: 0,
+        padding: 0,
+    };
+    let set = |h: &Harness| {
+        h.req(
+            opcode::SETXATTR,
+            a.nodeid,
+            &cat(&[&s.to_bytes(), &cname("user.r"), b"v"]),
+        )
+    };
+    set(&h).ok();
+    assert_eq!(set(&h).err(), libc::EEXIST, "not replaying");
+    j.begin_replay(1);
+    set(&h).ok();
+    j.idle(1);
+    let remove = |h: &Harness| h.req(opcode::REMOVEXATTR, a.nodeid, &cname("user.r"));
+    remove(&h).ok();
+    assert_eq!(remove(&h).err(), libc::ENODATA, "not replaying");
+    j.begin_replay(1);
+    remove(&h).ok();
+    j.idle(1);
 }

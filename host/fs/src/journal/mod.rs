@@ -165,6 +165,9 @@ pub struct JournalTables {
     pub node_slots: HashMap<u64, u32>,
     /// Handle id → its journal slot.
     pub handle_slots: HashMap<u64, u32>,
+    /// Node id → the parent node and name it was last known by (also for
+    /// nodes found by file handle).
+    pub names: HashMap<u64, (u64, Vec<u8>)>,
 }
 
 /// How a node can be found again.
@@ -526,6 +529,7 @@ impl Journal {
         let mut keys = HashMap::new();
         let mut node_slots = HashMap::new();
         let mut handle_slots = HashMap::new();
+        let mut names = HashMap::new();
         for s in 0..self.nodes as u32 {
             let w = self.node(s);
             let state = w[0].load(Ordering::Acquire);
@@ -561,6 +565,15 @@ impl Journal {
                 (w[3].load(Ordering::Relaxed), w[4].load(Ordering::Relaxed)),
             );
             node_slots.insert(id, s);
+            if state == VALID && nlen > 0 && nlen <= NAME_WORDS * 8 {
+                names.insert(
+                    id,
+                    (
+                        w[7].load(Ordering::Relaxed),
+                        unpack(&w[8 + FH_WORDS..8 + FH_WORDS + NAME_WORDS], nlen),
+                    ),
+                );
+            }
             inodes.push(MigratedInode {
                 id,
                 refs: w[2].load(Ordering::Acquire).max(1),
@@ -595,6 +608,7 @@ impl Journal {
             keys,
             node_slots,
             handle_slots,
+            names,
         }
     }
 }

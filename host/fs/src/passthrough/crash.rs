@@ -6,10 +6,13 @@
 //! inode number), else it answers EIO rather than serve another file.
 
 use std::collections::HashMap;
+use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
 
 use super::migrate::LoadReport;
 use super::{Error, PassthroughFs};
 use crate::journal::Journal;
+use crate::sys;
 
 impl PassthroughFs {
     /// Journals every change from now on; the nodes and handles already
@@ -39,6 +42,26 @@ impl PassthroughFs {
         self.inodes.attach_journal(j, &t.node_slots);
         self.handles.attach_journal(j, &t.handle_slots);
         Ok(report)
+    }
+
+    /// After a rename: the journal's name of the node now at `dir`/`name`
+    /// (if the guest holds it) follows it, so that a file system without
+    /// file handles finds it again after a crash.
+    pub(super) fn journal_moved(&self, dir: u64, dir_fd: BorrowedFd<'_>, name: &CStr) {
+        let Some(j) = self.inodes.journal() else {
+            return;
+        };
+        let Ok(st) = sys::fstatat(dir_fd, name, libc::AT_SYMLINK_NOFOLLOW) else {
+            return;
+        };
+        if let Some(inode) = self.inodes.by_key((st.st_dev, st.st_ino)) {
+            j.move_node(inode.slot(), inode.file_type, Some((dir, name.to_bytes())));
+        }
+    }
+
+    /// The journal, if one is attached.
+    pub fn journal(&self) -> Option<&'static Journal> {
+        self.inodes.journal()
     }
 
     /// Records the FUSE session in the journal, if one is attached.

@@ -616,19 +616,23 @@ impl PassthroughFs {
             // the exchange happened.
             crate::journal::note_aux(ino_of(&o, oldname).unwrap_or(0));
         }
-        if let Some(before) = crate::journal::replaying() {
+        let done = crate::journal::replaying().is_some_and(|before| {
             let old = ino_of(&o, oldname);
-            let done = if exchange {
+            if exchange {
                 old.is_ok_and(|ino| before != 0 && ino != before)
             } else {
                 // Moved: the old name is gone and the new one exists.
                 old.is_err() && ino_of(&n, newname).is_ok()
-            };
-            if done {
-                return Ok(());
             }
+        });
+        if !done {
+            sys::renameat2(o.fd(), oldname, n.fd(), newname, flags)?;
         }
-        sys::renameat2(o.fd(), oldname, n.fd(), newname, flags)
+        self.journal_moved(newdir, n.fd(), newname);
+        if exchange {
+            self.journal_moved(olddir, o.fd(), oldname);
+        }
+        Ok(())
     }
 
     pub(crate) fn link(&self, id: u64, newparent: u64, newname: &CStr) -> io::Result<Entry> {

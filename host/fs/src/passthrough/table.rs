@@ -179,6 +179,12 @@ impl InodeTable {
         &self.root
     }
 
+    /// The inode of host file `key`, if the guest holds it.
+    pub fn by_key(&self, key: InodeKey) -> Option<Arc<Inode>> {
+        let id = *lock(&self.by_key[key_shard(key)]).get(&key)?;
+        self.get(id)
+    }
+
     /// The inode with node id `id`.
     pub fn get(&self, id: u64) -> Option<Arc<Inode>> {
         if id == ROOT_ID {
