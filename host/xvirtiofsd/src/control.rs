@@ -77,6 +77,9 @@ pub fn now_unix_ms() -> u64 {
 pub struct StatusReply {
     pub version: String,
     pub pid: u32,
+    /// The host pid of the process that holds the connection (the
+    /// supervisor's child with --sandbox namespace).
+    pub serving_pid: u32,
     pub uptime_s: u64,
     pub upgrades: u32,
     pub shared_dir: String,
@@ -91,6 +94,10 @@ pub struct StatusReply {
 #[derive(Debug, Deserialize)]
 pub struct StatusSummary {
     pub pid: u32,
+    #[serde(default)]
+    pub serving_pid: u32,
+    #[serde(default)]
+    pub connection: String,
 }
 
 impl StatusInfo {
@@ -98,6 +105,7 @@ impl StatusInfo {
         StatusReply {
             version: self.version.to_string(),
             pid: crate::sandbox::daemon_pid(),
+            serving_pid: crate::sandbox::serving_pid(),
             uptime_s: now_unix_ms().saturating_sub(self.started_unix_ms) / 1000,
             upgrades: self.upgrades,
             shared_dir: self.shared_dir.clone(),

@@ -84,6 +84,9 @@ pub struct Own {
     pub caps: u64,
     /// `--max-open`.
     pub max_open: Option<usize>,
+    /// The pid whose cgroups this process joined before the handover
+    /// began (outside the guest-visible pause).
+    pub joined: Option<u32>,
 }
 
 /// How serving ended without an error.
@@ -231,6 +234,7 @@ impl Daemon {
         let own = Own {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
+            joined: None,
         };
         Daemon::adopt(inc, wake_cost, own, Some(link), true)
     }
@@ -250,9 +254,11 @@ impl Daemon {
         let shared_dir = std::fs::canonicalize(&shared_dir)
             .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
         let own = config_state(opt, &shared_dir);
-        // Calibrate before asking: the running daemon's queues are stopped
-        // from the moment it answers until this one confirms.
+        // Calibrate and move into the running daemon's cgroups (a cgroup
+        // migration can take milliseconds) before asking: its queues are
+        // stopped from the moment it answers until this one confirms.
         let wake_cost = measure_wake_cost(200);
+        let joined = join_cgroups_early(control_path);
         let mut inc = upgrade::receive(control_path)?;
         let own_control = opt.control.as_ref().map(|p| p.display().to_string());
         match crate::trust::check_settings(
@@ -270,6 +276,7 @@ impl Daemon {
         let own = Own {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
+            joined,
         };
         Daemon::adopt(inc, wake_cost, own, link, false)
     }
@@ -308,6 +315,8 @@ impl Daemon {
             .unwrap_or_default();
         if crashed {
             // The holder's child: in the holder's cgroups already.
+        } else if own.joined == Some(st.writer_pid) {
+            // Joined before the handover began.
         } else if crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident) {
             crate::cgroup::join_cgroups_of(st.writer_pid as i32);
         } else {
@@ -509,6 +518,24 @@ impl Daemon {
     }
 }
 
+/// A successor, before the handover begins: moves into the cgroups of the
+/// daemon behind `control` if it holds the connection its status names.
+/// Returns that daemon's pid (its state must name the same one).
+fn join_cgroups_early(control: &Path) -> Option<u32> {
+    let status = control::query_status(control).ok()?;
+    let s: control::StatusSummary = serde_json::from_str(status.trim()).ok()?;
+    let pid = if s.serving_pid > 0 {
+        s.serving_pid
+    } else {
+        s.pid
+    };
+    if !crate::cgroup::holds_socket(pid as i32, &s.connection) {
+        return None;
+    }
+    crate::cgroup::join_cgroups_of(pid as i32);
+    Some(pid)
+}
+
 fn log_served(dev: &Device) {
     use std::sync::atomic::Ordering;
     let served: Vec<String> = dev
@@ -591,7 +618,61 @@ fn restore(
     }
     let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
     let max_open = max_open(own.max_open, limit)?;
-    let mut fs = match journal.filter(|_| crashed) {
+    let started = std::time::Instant::now();
+    let mut fs = restore_fs(inc, st, max_open, journal, crashed)?;
+    let fs_done = started.elapsed();
+    // Everything from here on needs no host path: the sandbox now.
+    let metrics = open_metrics(&st.config)?;
+    if let Some(proc_fd) = confine(&st.config, own.caps)? {
+        fs.set_proc_self_fd(proc_fd);
+    }
+    let confined = started.elapsed();
+    let server = Arc::new(FsServer::new(fs));
+    let session = match journal.filter(|_| crashed) {
+        Some(j) => j.session(),
+        None => st.session,
+    };
+    if let Some(s) = session {
+        server.restore_session(s).map_err(SetupError::Session)?;
+    }
+    let mut take = |i: u32| inc.take(i);
+    let mut dev_cfg = device_config(&st.config, wake_cost);
+    dev_cfg.journal = journal;
+    let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
+    info!(
+        "restored in {} µs: file system {} µs, sandbox {} µs, device {} µs",
+        started.elapsed().as_micros(),
+        fs_done.as_micros(),
+        (confined - fs_done).as_micros(),
+        (started.elapsed() - confined).as_micros()
+    );
+    let conn = Connection::from_fd(
+        take(st.vhost_socket_fd).map_err(|e| SetupError::Io("vhost-user socket", e))?,
+    );
+    let control = st
+        .control_socket_fd
+        .map(|i| take(i).map(UnixListener::from))
+        .transpose()
+        .map_err(|e| SetupError::Io("control socket", e))?;
+    Ok(Restored {
+        dev,
+        conn,
+        control,
+        metrics,
+    })
+}
+
+/// The file system of a predecessor: rebuilt from the journal after a crash,
+/// else from the tables (and descriptors) it sent, journaled on if there is
+/// a journal.
+fn restore_fs(
+    inc: &mut Incoming,
+    st: &DaemonState,
+    max_open: usize,
+    journal: Option<&'static xvfs_fs::journal::Journal>,
+    crashed: bool,
+) -> Result<PassthroughFs, SetupError> {
+    let fs = match journal.filter(|_| crashed) {
         Some(j) => {
             let mut fs =
                 PassthroughFs::new(fs_config(&st.config, max_open)?).map_err(SetupError::Fs)?;
@@ -620,37 +701,7 @@ fn restore(
             fs
         }
     };
-    // Everything from here on needs no host path: the sandbox now.
-    let metrics = open_metrics(&st.config)?;
-    if let Some(proc_fd) = confine(&st.config, own.caps)? {
-        fs.set_proc_self_fd(proc_fd);
-    }
-    let server = Arc::new(FsServer::new(fs));
-    let session = match journal.filter(|_| crashed) {
-        Some(j) => j.session(),
-        None => st.session,
-    };
-    if let Some(s) = session {
-        server.restore_session(s).map_err(SetupError::Session)?;
-    }
-    let mut take = |i: u32| inc.take(i);
-    let mut dev_cfg = device_config(&st.config, wake_cost);
-    dev_cfg.journal = journal;
-    let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
-    let conn = Connection::from_fd(
-        take(st.vhost_socket_fd).map_err(|e| SetupError::Io("vhost-user socket", e))?,
-    );
-    let control = st
-        .control_socket_fd
-        .map(|i| take(i).map(UnixListener::from))
-        .transpose()
-        .map_err(|e| SetupError::Io("control socket", e))?;
-    Ok(Restored {
-        dev,
-        conn,
-        control,
-        metrics,
-    })
+    Ok(fs)
 }
 
 /// The control socket, unless disabled; a failure to bind only loses

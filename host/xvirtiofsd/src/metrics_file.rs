@@ -27,6 +27,15 @@ struct MetricsSnapshot {
     /// Host descriptors held for the guest (absent before serving).
     #[serde(skip_serializing_if = "Option::is_none")]
     open_files: Option<OpenFiles>,
+    /// With --crash-restart: restarts and replayed requests so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    crash_restart: Option<CrashCounters>,
+}
+
+#[derive(Debug, Serialize)]
+struct CrashCounters {
+    restarts: u64,
+    replayed: u64,
 }
 
 /// Inodes plus open handles, each a host descriptor, against the cap.
@@ -83,6 +92,7 @@ impl MetricsWriter {
             pid: crate::sandbox::daemon_pid(),
             queues: Vec::new(),
             open_files: None,
+            crash_restart: None,
         })?;
         Ok(w)
     }
@@ -106,6 +116,10 @@ impl MetricsWriter {
             pid: crate::sandbox::daemon_pid(),
             queues: queue_reports(stats),
             open_files: Some(open_files(server)),
+            crash_restart: server.fs().journal().map(|j| CrashCounters {
+                restarts: j.restarts(),
+                replayed: j.replayed(),
+            }),
         };
         self.write_snapshot(&snapshot)
     }
