@@ -7,6 +7,7 @@
 #                           returns the guest command's status
 #   assert_eq WANT GOT MSG  assert_ok MSG CMD...  assert_files_eq A B MSG
 #   pass MSG / fail MSG     count one assertion
+#   vmt_checks FILE [PFX]   assert the CHECK/FAILCHECK lines a host-side helper wrote
 #   vmt_summary             print "N passed, M failed"; status 1 when M > 0
 
 # shellcheck source=vmm-config/functions.sh
@@ -73,6 +74,18 @@ vmt_guest() {
         "$XVFS_ROOT/vmm-config/run-vm" >"$out" 2>"$out.log" || rc=$?
     sed 's/^/     /' "$out.log" | grep -E 'boot-to-mount|error' || true
     return "$rc"
+}
+
+# vmt_checks FILE [PREFIX]: asserts the "CHECK name want got" and
+# "FAILCHECK why" lines a test's host-side helper wrote to FILE.
+vmt_checks() {
+    local tag name want got
+    while read -r tag name want got; do
+        case $tag in
+            CHECK) assert_eq "$want" "$got" "${2:-}$name" ;;
+            FAILCHECK) fail "${2:-}$name $want $got" ;;
+        esac
+    done <"$1"
 }
 
 vmt_summary() {

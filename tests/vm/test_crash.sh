@@ -84,14 +84,8 @@ DAEMON_ARGS="--crash-restart --crash-restart-limit $((KILLS + 5))/600 --control 
 touch "$SHARE/done"
 wait "$HOST_PID" || true
 assert_eq 0 "$rc" "guest script exit status"
-replayed=unknown
-while read -r tag name want got; do
-    case $tag in
-        CHECK) assert_eq "$want" "$got" "$name" ;;
-        FAILCHECK) fail "$name $want $got" ;;
-        INFO) replayed=$want ;;
-    esac
-done <"$VMT_DIR/host-side.txt"
+vmt_checks "$VMT_DIR/host-side.txt"
+replayed=$(awk '$1 == "INFO" {print $3}' "$VMT_DIR/host-side.txt")
 log=$VMT_DIR/run/daemon.log
 assert_eq "$KILLS" "$(grep -c 'crash restart: the serving process was killed by signal 9' "$log")" \
     "the holder saw and logged every kill"
@@ -186,14 +180,8 @@ DAEMON=$FAULTY XVFS_CRASH_OPS=$CRASH_OPS \
 touch "$SHARE2/done"
 wait "$HOST_PID" || true
 assert_eq 0 "$rc" "operations: guest script exit status"
-replayed_ops=unknown
-while read -r tag name want got; do
-    case $tag in
-        CHECK) assert_eq "$want" "$got" "operations: $name" ;;
-        FAILCHECK) fail "operations: $name $want $got" ;;
-        INFO) replayed_ops=$want ;;
-    esac
-done <"$VMT_DIR/host-side-ops.txt"
+vmt_checks "$VMT_DIR/host-side-ops.txt" "operations: "
+replayed_ops=$(awk '$1 == "INFO" {print $3}' "$VMT_DIR/host-side-ops.txt")
 ops_out=$VMT_DIR/guest-ops.out
 assert_eq 0 "$(sed -n 's/.*ops-errors=\([0-9]*\).*/\1/p' "$ops_out")" \
     "operations: every result as expected over $(sed -n 's/.*ops-iterations=\([0-9]*\).*/\1/p' "$ops_out") rounds"

@@ -27,6 +27,8 @@ set -euo pipefail
 
 # shellcheck source=tests/vm/lib.sh
 . "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/vm/workload.sh
+. "$(dirname "$0")/workload.sh"
 # shellcheck source=vmm-config/qemu-profile.sh
 . "$XVFS_ROOT/vmm-config/qemu-profile.sh"
 
@@ -54,19 +56,7 @@ echo cwd-ok > here
 exec 3< $S/keep
 exec 4>> $S/append.log
 INO0=$(stat -c %i $S/keep)
-fio --name=tick --filename=$S/tick.dat --rw=write --bs=4k --size=256k --time_based --runtime=900 \
-    --rate_iops=200 --ioengine=psync --write_lat_log=/tmp/tick --log_avg_msec=0 --eta=never \
-    --output=/tmp/tick.out &
-TICK=$!
-( n=0; fail=0
-  while [ ! -e $S/done ]; do
-    n=$((n+1))
-    fio --name=v$n --filename=$S/verify.dat --size=1m --bs=4k --rw=randwrite --verify=crc32c \
-        --do_verify=1 --ioengine=psync --eta=never --output=/tmp/v.out || { fail=$((fail+1)); cat /tmp/v.out; }
-  done
-  echo "verify-runs=$n verify-failures=$fail" > /tmp/verify.res ) &
-VER=$!
-( i=0; err=0
+'"$WORKLOAD_STREAM"'( i=0; err=0
   while [ ! -e $S/done ]; do
     i=$((i+1)); echo "append $i" >&4 || err=$((err+1)); sleep 0.1
   done

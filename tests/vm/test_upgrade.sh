@@ -115,12 +115,7 @@ wait "$HOST_PID" || true
 assert_eq 0 "$rc" "guest script exit status"
 
 # Host-side results.
-while read -r tag name want got; do
-    case $tag in
-        CHECK) assert_eq "$want" "$got" "$name" ;;
-        FAILCHECK) fail "$name $want $got" ;;
-    esac
-done <"$VMT_DIR/host-side.txt"
+vmt_checks "$VMT_DIR/host-side.txt"
 
 # Guest-side results.
 workload_check "$VMT_DIR/guest.out" "$SHARE" "the upgrades"
@@ -165,9 +160,7 @@ DAEMON="$XVFS_ROOT/tests/vm/fd-launcher.py" XVFS_REAL_DAEMON=$BIN_DIR/xvirtiofsd
 touch "$SHARE2/done"
 wait "$HOST_PID" || true
 assert_eq 0 "$rc" "--fd daemon: guest script exit status"
-while read -r tag name want got; do
-    [ "$tag" = CHECK ] && assert_eq "$want" "$got" "$name"
-done <"$VMT_DIR/host-side-fd.txt"
+vmt_checks "$VMT_DIR/host-side-fd.txt"
 kill "$NOTIFY_PID" 2>/dev/null || true
 wait "$NOTIFY_PID" 2>/dev/null || true
 unset NOTIFY_SOCKET

@@ -15,12 +15,10 @@
 # shellcheck disable=SC2034 # used by the tests that source this file
 WORKLOAD_GUEST_SCRIPT='sh /mnt/shared/workload-guest.sh'
 
+# The steady stream (TICK) and the verification runs (VER, results in
+# /tmp/verify.res), until $S/done: also part of the migration test's script.
 # shellcheck disable=SC2016 # expanded by the guest's shell, not here
-WORKLOAD_GUEST_BODY='
-S=/mnt/shared
-mkdir -p $S/loop
-exec 3< $S/keep
-fio --name=tick --filename=$S/tick.dat --rw=write --bs=4k --size=256k --time_based --runtime=900 \
+WORKLOAD_STREAM='fio --name=tick --filename=$S/tick.dat --rw=write --bs=4k --size=256k --time_based --runtime=900 \
     --rate_iops=200 --ioengine=psync --write_lat_log=/tmp/tick --log_avg_msec=0 --eta=never \
     --output=/tmp/tick.out &
 TICK=$!
@@ -32,7 +30,14 @@ TICK=$!
   done
   echo "verify-runs=$n verify-failures=$fail" > /tmp/verify.res ) &
 VER=$!
-( i=0; err=0
+'
+
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+WORKLOAD_GUEST_BODY='
+S=/mnt/shared
+mkdir -p $S/loop
+exec 3< $S/keep
+'"$WORKLOAD_STREAM"'( i=0; err=0
   while [ ! -e $S/done ]; do
     i=$((i+1))
     { echo "line $i" > $S/loop/f$i && echo "more $i" >> $S/loop/f$i && mv $S/loop/f$i $S/loop/g$i &&

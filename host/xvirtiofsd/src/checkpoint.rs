@@ -20,7 +20,8 @@ use xvfs_fs::journal::{Journal, JournalError};
 
 use crate::cli::Opt;
 use crate::sys;
-use crate::upgrade::{self, Incoming, UpgradeError};
+use crate::upgrade::{self, Incoming, Outgoing, UpgradeError};
+use crate::vhost_user::Device;
 
 /// BYE: the serving process ends of its own accord (payload: why).
 pub const BYE: u32 = 9;
@@ -84,6 +85,16 @@ impl HolderLink {
                  is not survived",
                 crate::error_chain(&e)
             );
+        }
+    }
+
+    /// Checkpoints the device and daemon described by `out` (see the
+    /// module documentation).
+    pub fn checkpoint_device(&self, out: &Outgoing<'_>, dev: &Device, conn_fd: RawFd) {
+        let (st, fds) = upgrade::daemon_state(out, dev, conn_fd, false);
+        match st.encode() {
+            Ok(blob) => self.checkpoint(&blob, &fds),
+            Err(e) => warn!("crash restart: checkpoint: {}", crate::error_chain(&e)),
         }
     }
 

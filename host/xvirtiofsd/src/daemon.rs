@@ -436,20 +436,8 @@ impl Daemon {
         let conn_fd = conn.stream().as_raw_fd();
         let mut checkpoint = |dev: &Device| {
             if let Some(l) = &link {
-                let out = Outgoing {
-                    config: &cfg,
-                    started_unix_ms: status.started_unix_ms,
-                    upgrades: status.upgrades,
-                    control_fd,
-                    control_path: Some(status.control_path.clone()).filter(|p| !p.is_empty()),
-                    pid_files: &pid_files,
-                    server: dev.server_arc(),
-                };
-                let (st, fds) = upgrade::daemon_state(&out, dev, conn_fd, false);
-                match st.encode() {
-                    Ok(blob) => l.checkpoint(&blob, &fds),
-                    Err(e) => warn!("crash restart: checkpoint: {}", error_chain(&e)),
-                }
+                let out = outgoing(&cfg, &status, control_fd, &pid_files, dev.server_arc());
+                l.checkpoint_device(&out, dev, conn_fd);
             }
         };
         checkpoint(&dev);
@@ -462,15 +450,7 @@ impl Daemon {
                     let Some(peer) = peer else { continue };
                     let successor = sys::peer_pid(peer.as_fd()).ok();
                     let server = Arc::clone(dev.server_arc());
-                    let out = Outgoing {
-                        config: &cfg,
-                        started_unix_ms: status.started_unix_ms,
-                        upgrades: status.upgrades,
-                        control_fd,
-                        control_path: Some(status.control_path.clone()).filter(|p| !p.is_empty()),
-                        pid_files: &pid_files,
-                        server: &server,
-                    };
+                    let out = outgoing(&cfg, &status, control_fd, &pid_files, &server);
                     if upgrade::hand_over(&out, &mut dev, &conn, peer).is_ok() {
                         if let Some(l) = &link {
                             l.bye("handed over");
@@ -515,6 +495,25 @@ impl Daemon {
             }
         }
         result
+    }
+}
+
+/// What a successor or the holder is sent beside the device.
+fn outgoing<'a>(
+    cfg: &'a ConfigState,
+    status: &StatusInfo,
+    control_fd: Option<RawFd>,
+    pid_files: &'a [RawFd],
+    server: &'a FsServer,
+) -> Outgoing<'a> {
+    Outgoing {
+        config: cfg,
+        started_unix_ms: status.started_unix_ms,
+        upgrades: status.upgrades,
+        control_fd,
+        control_path: Some(status.control_path.clone()).filter(|p| !p.is_empty()),
+        pid_files,
+        server,
     }
 }
 
