@@ -257,7 +257,12 @@ pub fn status_pid(status: &str) -> Option<u32> {
 
 /// Client side of `status`: the daemon's JSON line.
 pub fn query_status(path: &Path) -> io::Result<String> {
-    let mut s = UnixStream::connect(path)?;
+    query_status_on(UnixStream::connect(path)?)
+}
+
+/// `status` over a connected control socket (whose peer the caller may
+/// have checked first).
+pub fn query_status_on(mut s: UnixStream) -> io::Result<String> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.write_all(b"status\n")?;
     let mut out = String::new();

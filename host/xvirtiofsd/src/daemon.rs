@@ -258,8 +258,12 @@ impl Daemon {
         // migration can take milliseconds) before asking: its queues are
         // stopped from the moment it answers until this one confirms.
         let wake_cost = measure_wake_cost(200);
-        let joined = join_cgroups_early(control_path);
-        let mut inc = upgrade::receive(control_path)?;
+        // One connection for status, one for the handover (the control
+        // socket serves one command per connection); each peer is checked
+        // before anything is sent to it.
+        let joined = join_cgroups_early(upgrade::connect(control_path)?);
+        let peer = upgrade::connect(control_path)?;
+        let mut inc = upgrade::receive(peer, control_path)?;
         let own_control = opt.control.as_ref().map(|p| p.display().to_string());
         match crate::trust::check_settings(
             &own,
@@ -518,10 +522,11 @@ fn outgoing<'a>(
 }
 
 /// A successor, before the handover begins: moves into the cgroups of the
-/// daemon behind `control` if it holds the connection its status names.
+/// daemon on `peer` (a checked control connection) if it holds the
+/// vhost-user connection its status names.
 /// Returns that daemon's pid (its state must name the same one).
-fn join_cgroups_early(control: &Path) -> Option<u32> {
-    let status = control::query_status(control).ok()?;
+fn join_cgroups_early(peer: UnixStream) -> Option<u32> {
+    let status = control::query_status_on(peer).ok()?;
     let s: control::StatusSummary = serde_json::from_str(status.trim()).ok()?;
     let pid = if s.serving_pid > 0 {
         s.serving_pid

@@ -151,6 +151,10 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
             journal.restarts()
         );
         std::thread::sleep(backoff);
+        if STOPPING.load(Ordering::SeqCst) {
+            // Told to stop while no serving process ran.
+            return Ok(exit_status(ended.how));
+        }
     }
 }
 

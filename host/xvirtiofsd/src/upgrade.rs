@@ -270,10 +270,10 @@ impl Incoming {
     }
 }
 
-/// New side: ask the daemon behind `control` for its state.
-pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
-    let fault = Fault::from_env();
-    if fault == Fault::ExitAtStart {
+/// New side, first step: connect to the control socket and check who
+/// listens there (root or this uid), sending nothing yet.
+pub fn connect(control: &Path) -> Result<UnixStream, UpgradeError> {
+    if Fault::from_env() == Fault::ExitAtStart {
         std::process::exit(1);
     }
     let peer =
@@ -281,10 +281,16 @@ pub fn receive(control: &Path) -> Result<Incoming, UpgradeError> {
     // Whoever listens on the socket must be as privileged as this process,
     // or it could hand over anything. Nothing is sent before this check.
     match sys::peer_trusted(peer.as_fd()) {
-        Ok(Ok(())) => {}
-        Ok(Err(uid)) => return Err(UpgradeError::UntrustedPeer(uid)),
-        Err(e) => return Err(UpgradeError::Control(control.into(), e)),
+        Ok(Ok(())) => Ok(peer),
+        Ok(Err(uid)) => Err(UpgradeError::UntrustedPeer(uid)),
+        Err(e) => Err(UpgradeError::Control(control.into(), e)),
     }
+}
+
+/// New side: ask the daemon behind `control` (connected and checked by
+/// [`connect`]) for its state.
+pub fn receive(peer: UnixStream, control: &Path) -> Result<Incoming, UpgradeError> {
+    let fault = Fault::from_env();
     peer.set_read_timeout(Some(STEP_TIMEOUT))
         .map_err(|e| UpgradeError::Control(control.into(), e))?;
     (&peer)
