@@ -55,6 +55,8 @@ pub struct ConfigState {
     pub no_device_nodes: bool,
     /// `--no-setid`.
     pub no_setid: bool,
+    /// `--killpriv-v2` (format version 5).
+    pub killpriv_v2: bool,
 }
 
 /// One guest memory region.
@@ -259,6 +261,7 @@ mod tests {
                 xattrmap: None,
                 no_device_nodes: false,
                 no_setid: false,
+                killpriv_v2: false,
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

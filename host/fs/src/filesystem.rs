@@ -70,6 +70,11 @@ pub struct Context {
     pub gid: u32,
     /// pid of the calling guest process.
     pub pid: u32,
+    /// The guest asks the file system to clear setuid/setgid (and file
+    /// capabilities) as the host kernel does for an unprivileged writer
+    /// (FUSE_HANDLE_KILLPRIV_V2: WRITE_KILL_SUIDGID, OPEN_KILL_SUIDGID,
+    /// FATTR_KILL_SUIDGID). Only ever set when that was negotiated.
+    pub kill_priv: bool,
 }
 
 /// An entry handed to the guest: a node id and the file's attributes. Each one

@@ -511,3 +511,76 @@ pub fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<*mut u8> {
     }
     Ok(p.cast())
 }
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct` (two of them for version 3).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`.
+const CAP_VERSION_3: u32 = 0x2008_0522;
+const CAP_FSETID: u32 = 4;
+
+fn thread_caps() -> io::Result<[CapData; 2]> {
+    let mut h = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut d = [CapData::default(); 2];
+    // SAFETY: `h` and `d` are the header and the two data structures
+    // capget(2) expects for version 3; pid 0 is the calling thread.
+    check_long(unsafe { libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) })?;
+    Ok(d)
+}
+
+fn set_thread_caps(d: &[CapData; 2]) -> io::Result<()> {
+    let mut h = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    // SAFETY: as in thread_caps; capset(2) only reads `d`.
+    check_long(unsafe { libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()) })?;
+    Ok(())
+}
+
+/// Restores the calling thread's effective capabilities when dropped.
+#[derive(Debug)]
+pub struct CapsGuard {
+    effective: [u32; 2],
+}
+
+impl Drop for CapsGuard {
+    fn drop(&mut self) {
+        if let Ok(mut d) = thread_caps() {
+            d[0].effective = self.effective[0];
+            d[1].effective = self.effective[1];
+            if let Err(e) = set_thread_caps(&d) {
+                log::error!("cannot restore this thread's capabilities: {e}");
+            }
+        }
+    }
+}
+
+/// Drops CAP_FSETID from the calling thread's effective set until the guard
+/// is dropped (capabilities are per thread): the kernel then clears
+/// setuid/setgid on a write or truncate as for an unprivileged writer.
+pub fn without_fsetid() -> io::Result<CapsGuard> {
+    let mut d = thread_caps()?;
+    let guard = CapsGuard {
+        effective: [d[0].effective, d[1].effective],
+    };
+    d[0].effective &= !(1 << CAP_FSETID);
+    set_thread_caps(&d)?;
+    Ok(guard)
+}

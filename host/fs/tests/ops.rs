@@ -1214,3 +1214,104 @@ fn no_setid_drops_the_bits_on_create_chmod_and_chown() {
     setattr(&h, d.nodeid, chmod).ok();
     assert_eq!(mode("d") & 0o7777, 0o2775);
 }
+
+/// FUSE_HANDLE_KILLPRIV_V2: a write, a truncate or an open(O_TRUNC) the
+/// guest marks KILL_SUIDGID clears setuid/setgid (the daemon, root with
+/// CAP_FSETID, acts without it); unmarked, or without --killpriv-v2, the
+/// bits stay, as they do for a privileged writer.
+#[test]
+fn killpriv_v2_clears_setuid_where_the_guest_asks() {
+    use abi::flags;
+    assert_eq!(unsafe_geteuid(), 0, "the file-system tests run as root");
+    let h = Harness::with(|c| c.killpriv_v2 = true);
+    let suid = |name: &str| {
+        std::fs::write(h.dir.join(name), b"data").unwrap();
+        std::fs::set_permissions(h.dir.join(name), std::fs::Permissions::from_mode(0o6755))
+            .unwrap();
+        h.lookup_ok(ROOT, name).nodeid
+    };
+    let mode = |name: &str| {
+        std::fs::metadata(h.dir.join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    let open = |node: u64, flags: i32, kill: bool| {
+        let o = abi::OpenIn {
+            flags: flags as u32,
+            open_flags: if kill { flags::OPEN_KILL_SUIDGID } else { 0 },
+        };
+        h.req(opcode::OPEN, node, &o.to_bytes())
+    };
+    let write = |node: u64, fh: u64, kill: bool| {
+        let wi = abi::WriteIn {
+            fh,
+            size: 1,
+            write_flags: if kill { flags::WRITE_KILL_SUIDGID } else { 0 },
+            ..Default::default()
+        };
+        h.req(opcode::WRITE, node, &cat(&[&wi.to_bytes(), b"x"]))
+    };
+
+    let a = suid("a");
+    let fh = open(a, libc::O_RDWR, false).parse::<abi::OpenOut>().fh;
+    write(a, fh, false).ok();
+    assert_eq!(mode("a"), 0o6755, "an unmarked write keeps the bits");
+    write(a, fh, true).ok();
+    assert_eq!(mode("a"), 0o755, "a marked write clears them");
+
+    let b = suid("b");
+    setattr(
+        &h,
+        b,
+        abi::SetattrIn {
+            valid: fattr::SIZE | fattr::KILL_SUIDGID,
+            size: 1,
+            ..Default::default()
+        },
+    )
+    .ok();
+    assert_eq!(mode("b"), 0o755, "a marked truncate clears them");
+
+    let c = suid("c");
+    open(c, libc::O_RDWR | libc::O_TRUNC, true).ok();
+    assert_eq!(mode("c"), 0o755, "a marked open(O_TRUNC) clears them");
+
+    // Not negotiated: the flag means nothing.
+    let plain = Harness::new();
+    std::fs::write(plain.dir.join("p"), b"data").unwrap();
+    std::fs::set_permissions(plain.dir.join("p"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let p = plain.lookup_ok(ROOT, "p").nodeid;
+    let o = abi::OpenIn {
+        flags: libc::O_RDWR as u32,
+        open_flags: 0,
+    };
+    let fh = plain
+        .req(opcode::OPEN, p, &o.to_bytes())
+        .parse::<abi::OpenOut>()
+        .fh;
+    let wi = abi::WriteIn {
+        fh,
+        size: 1,
+        write_flags: flags::WRITE_KILL_SUIDGID,
+        ..Default::default()
+    };
+    plain
+        .req(opcode::WRITE, p, &cat(&[&wi.to_bytes(), b"x"]))
+        .ok();
+    let m = std::fs::metadata(plain.dir.join("p"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        m & 0o7777,
+        0o4755,
+        "without --killpriv-v2 the daemon keeps them"
+    );
+}
+
+fn unsafe_geteuid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -293,13 +293,17 @@ pub struct Opt {
     #[arg(long)]
     pub no_announce_submounts: bool,
 
-    /// Not supported (FUSE_HANDLE_KILLPRIV_V2 is not negotiated): refused.
-    #[arg(long, hide = true)]
+    /// Offer FUSE_HANDLE_KILLPRIV_V2: the guest kernel stops clearing
+    /// setuid/setgid itself (with SETATTR) on write, truncate and
+    /// open(O_TRUNC) and asks the daemon to, which does the call without
+    /// CAP_FSETID so the host kernel clears them, and file capabilities,
+    /// as for an unprivileged writer. As in virtiofsd, off by default.
+    #[arg(long, overrides_with = "no_killpriv_v2")]
     pub killpriv_v2: bool,
 
     /// Do not negotiate FUSE_HANDLE_KILLPRIV_V2 (the default): the guest
     /// kernel clears setuid/setgid itself.
-    #[arg(long)]
+    #[arg(long, overrides_with = "killpriv_v2")]
     pub no_killpriv_v2: bool,
 
     /// Not supported (FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated): refused.
@@ -393,11 +397,10 @@ pub struct Opt {
 
     /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
     /// no_xattr, readdirplus, no_readdirplus, writeback, no_writeback, sandbox=…,
-    /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, and the defaults
-    /// no_flock, no_posix_lock, no_killpriv_v2, no_posix_acl, no_security_label.
-    /// Keys for what is not supported (flock, posix_lock, killpriv_v2,
-    /// posix_acl, security_label, announce_submounts, xattrmap=) are
-    /// refused.
+    /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, xattrmap=…,
+    /// killpriv_v2, no_killpriv_v2, and the defaults no_flock, no_posix_lock,
+    /// no_posix_acl, no_security_label. Keys for what is not supported (flock,
+    /// posix_lock, posix_acl, security_label, announce_submounts) are refused.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
 
@@ -442,7 +445,6 @@ pub enum CliError {
 }
 
 const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
-const NO_KILLPRIV: &str = "FUSE_HANDLE_KILLPRIV_V2 is not negotiated";
 const NO_ACL: &str = "POSIX ACLs are not served";
 const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
 const NO_SUBMOUNTS: &str = "FUSE_ATTR_SUBMOUNT is not sent";
@@ -505,12 +507,13 @@ impl Opt {
                 ("allow_direct_io", None) => self.allow_direct_io = true,
                 ("no_allow_direct_io", None) => self.allow_direct_io = false,
                 // The defaults, named.
-                ("no_flock" | "no_posix_lock" | "no_killpriv_v2", None) => {}
+                ("no_killpriv_v2", None) => self.killpriv_v2 = false,
+                ("no_flock" | "no_posix_lock", None) => {}
                 ("no_posix_acl" | "no_security_label", None) => {}
                 ("flock" | "posix_lock", None) => {
                     return Err(unsupported(format!("-o {key}"), NO_LOCKS))
                 }
-                ("killpriv_v2", None) => return Err(unsupported("-o killpriv_v2", NO_KILLPRIV)),
+                ("killpriv_v2", None) => self.killpriv_v2 = true,
                 ("posix_acl", None) => return Err(unsupported("-o posix_acl", NO_ACL)),
                 ("security_label", None) => return Err(unsupported("-o security_label", NO_LABEL)),
                 ("announce_submounts", None) => {
@@ -572,7 +575,7 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 8] = [
+        let refused: [(bool, &str, &'static str); 7] = [
             (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
@@ -580,7 +583,6 @@ impl Opt {
                 "inodes are held as O_PATH descriptors (only `never`)",
             ),
             (self.announce_submounts, "--announce-submounts", NO_SUBMOUNTS),
-            (self.killpriv_v2, "--killpriv-v2", NO_KILLPRIV),
             (self.allow_mmap, "--allow-mmap", "FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated"),
             (
                 matches!(&self.security_label, Some(m) if m != "never"),
@@ -700,7 +702,6 @@ mod tests {
             &["--inode-file-handles=prefer"],
             &["--inode-file-handles=mandatory"],
             &["--announce-submounts"],
-            &["--killpriv-v2"],
             &["--allow-mmap"],
             &["--security-label"],
             &["--translate-uid=guest:0:100000:65536"],
@@ -711,7 +712,6 @@ mod tests {
             &["--migration-mode=file-handles", "--migration-confirm-paths"],
             &["-o", "flock"],
             &["-o", "posix_lock"],
-            &["-o", "killpriv_v2"],
             &["-o", "posix_acl"],
             &["-o", "announce_submounts"],
         ] {
@@ -723,6 +723,8 @@ mod tests {
             &["--inode-file-handles=never"][..],
             &["--no-announce-submounts"],
             &["--no-killpriv-v2"],
+            &["--killpriv-v2"],
+            &["-o", "killpriv_v2"],
             &["--security-label=never"],
             &["--posix-acl=never"],
             &["--preserve-noatime"],

@@ -49,6 +49,7 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         xattrmap: opt.xattrmap.clone(),
         no_device_nodes: opt.no_device_nodes,
         no_setid: opt.no_setid,
+        killpriv_v2: opt.killpriv_v2,
     }
 }
 
@@ -89,6 +90,7 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
         xattrmap,
         no_device_nodes: c.no_device_nodes,
         no_setid: c.no_setid,
+        killpriv_v2: c.killpriv_v2,
     })
 }
 

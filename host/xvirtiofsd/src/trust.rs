@@ -64,6 +64,11 @@ pub fn check_settings(
         received.no_setid.to_string(),
     );
     cmp(
+        "--killpriv-v2",
+        own.killpriv_v2.to_string(),
+        received.killpriv_v2.to_string(),
+    );
+    cmp(
         "the metrics file",
         format!("{:?}", own.metrics_file),
         format!("{:?}", received.metrics_file),
@@ -92,6 +97,7 @@ pub fn check_settings(
         xattrmap: own.xattrmap.clone(),
         no_device_nodes: own.no_device_nodes,
         no_setid: own.no_setid,
+        killpriv_v2: own.killpriv_v2,
         metrics_file: own.metrics_file.clone(),
         socket_path: own.socket_path.clone(),
         ..received.clone()
@@ -131,6 +137,7 @@ mod tests {
             xattrmap: None,
             no_device_nodes: false,
             no_setid: false,
+            killpriv_v2: false,
         }
     }
 
@@ -154,6 +161,8 @@ mod tests {
             ("xattr", |c| c.xattr = true),
             ("metrics file", |c| c.metrics_file = Some("/etc/x".into())),
             ("socket path", |c| c.socket_path = None),
+            ("--no-setid", |c| c.no_setid = true),
+            ("--killpriv-v2", |c| c.killpriv_v2 = true),
         ];
         for (what, spoil) in cases {
             let mut received = cfg();

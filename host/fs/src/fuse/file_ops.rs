@@ -27,7 +27,8 @@ pub(crate) fn open<F: FileSystem>(
     w: &mut dyn ReplyWriter,
 ) -> OpResult {
     let o: OpenIn = b.only()?;
-    let opened = q.fs.open(q.ctx(), q.h.nodeid, o.flags)?;
+    let ctx = q.ctx_kill(o.open_flags & flags::OPEN_KILL_SUIDGID != 0);
+    let opened = q.fs.open(ctx, q.h.nodeid, o.flags)?;
     reply_ok(w, q.h.unique, &[&open_out(&opened)]).inspect_err(|_| {
         let _ = q.fs.release(q.ctx(), q.h.nodeid, opened.fh);
     })
@@ -53,7 +54,8 @@ pub(crate) fn create<F: FileSystem>(
     let c: CreateIn = b.take()?;
     let name = b.name()?;
     b.end()?;
-    let (e, o) = q.fs.create(q.ctx(), q.h.nodeid, name, c.mode, c.flags)?;
+    let ctx = q.ctx_kill(c.open_flags & flags::OPEN_KILL_SUIDGID != 0);
+    let (e, o) = q.fs.create(ctx, q.h.nodeid, name, c.mode, c.flags)?;
     reply_created(q, &e, &o, w)
 }
 
@@ -293,8 +295,9 @@ pub(crate) fn write<F: FileSystem>(
         return Err(Error::Errno(libc::EROFS));
     }
     let mut src = RequestSource { r, left: len };
+    let ctx = q.ctx_kill(wi.write_flags & flags::WRITE_KILL_SUIDGID != 0);
     let done =
-        q.fs.write(q.ctx(), q.h.nodeid, wi.fh, wi.offset, len, &mut src)?;
+        q.fs.write(ctx, q.h.nodeid, wi.fh, wi.offset, len, &mut src)?;
     let out = WriteOut {
         size: done as u32,
         padding: 0,

@@ -68,7 +68,8 @@ pub(crate) fn setattr<F: FileSystem>(
     w: &mut dyn ReplyWriter,
 ) -> OpResult {
     let a: SetattrIn = b.only()?;
-    let st = q.fs.setattr(q.ctx(), q.h.nodeid, &set_attr(&a))?;
+    let ctx = q.ctx_kill(a.valid & fattr::KILL_SUIDGID != 0);
+    let st = q.fs.setattr(ctx, q.h.nodeid, &set_attr(&a))?;
     reply_ok(w, q.h.unique, &[&q.attr_out(&st).to_bytes()])
 }
 

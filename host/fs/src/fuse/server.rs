@@ -58,6 +58,7 @@ pub const SERVER_INIT_FLAGS: u64 = {
         | DIRECT_IO_ALLOW_MMAP
         | CACHE_SYMLINKS
         | AUTO_INVAL_DATA
+        | HANDLE_KILLPRIV_V2
 };
 
 /// The FUSE server: `Send + Sync`, called concurrently by every queue worker.

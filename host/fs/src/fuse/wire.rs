@@ -81,6 +81,16 @@ impl<F: FileSystem> Req<'_, F> {
             uid: self.h.uid,
             gid: self.h.gid,
             pid: self.h.pid,
+            kill_priv: false,
+        }
+    }
+
+    /// [`Req::ctx`], asking to clear setuid/setgid when the guest `asked`
+    /// (a KILL_SUIDGID flag) and FUSE_HANDLE_KILLPRIV_V2 was negotiated.
+    pub fn ctx_kill(&self, asked: bool) -> Context {
+        Context {
+            kill_priv: asked && self.session.has(abi::init_flags::HANDLE_KILLPRIV_V2),
+            ..self.ctx()
         }
     }
 

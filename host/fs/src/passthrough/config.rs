@@ -64,6 +64,11 @@ pub struct Config {
     /// after a chown; a directory keeps its setgid bit, which only makes
     /// new entries inherit its group).
     pub no_setid: bool,
+    /// `--killpriv-v2`: offer FUSE_HANDLE_KILLPRIV_V2; the guest then asks
+    /// this file system to clear setuid/setgid on write, truncate and
+    /// open(O_TRUNC) instead of doing it with SETATTR itself, and the host
+    /// kernel does it, the daemon's CAP_FSETID dropped for that call.
+    pub killpriv_v2: bool,
 }
 
 impl Default for Config {
@@ -81,6 +86,7 @@ impl Default for Config {
             xattrmap: None,
             no_device_nodes: false,
             no_setid: false,
+            killpriv_v2: false,
         }
     }
 }

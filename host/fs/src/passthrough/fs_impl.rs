@@ -54,8 +54,8 @@ impl FileSystem for PassthroughFs {
         PassthroughFs::statx(self, node, flags, mask)
     }
 
-    fn setattr(&self, _: Ctx, node: u64, attr: &SetAttr) -> io::Result<Stat> {
-        PassthroughFs::setattr(self, node, attr)
+    fn setattr(&self, ctx: Ctx, node: u64, attr: &SetAttr) -> io::Result<Stat> {
+        PassthroughFs::setattr(self, ctx, node, attr)
     }
 
     fn readlink(&self, _: Ctx, node: u64) -> io::Result<Vec<u8>> {
@@ -98,8 +98,8 @@ impl FileSystem for PassthroughFs {
         PassthroughFs::link(self, node, newparent, newname)
     }
 
-    fn open(&self, _: Ctx, node: u64, flags: u32) -> io::Result<Opened> {
-        let (fh, flags) = PassthroughFs::open(self, node, flags)?;
+    fn open(&self, ctx: Ctx, node: u64, flags: u32) -> io::Result<Opened> {
+        let (fh, flags) = PassthroughFs::open(self, ctx, node, flags)?;
         Ok(Opened { fh, flags })
     }
 
@@ -152,7 +152,7 @@ impl FileSystem for PassthroughFs {
 
     fn write(
         &self,
-        _: Ctx,
+        ctx: Ctx,
         _: u64,
         fh: u64,
         offset: u64,
@@ -171,6 +171,7 @@ impl FileSystem for PassthroughFs {
                 return Ok(size);
             }
         }
+        let _kill = self.kill_priv(ctx)?;
         let mut done = 0usize;
         while done < size {
             let off = offset

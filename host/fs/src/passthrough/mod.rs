@@ -220,6 +220,9 @@ impl PassthroughFs {
         if cfg.xattr {
             f |= SETXATTR_EXT;
         }
+        if cfg.killpriv_v2 {
+            f |= HANDLE_KILLPRIV_V2;
+        }
         match cfg.cache {
             CachePolicy::Never => f |= DIRECT_IO_ALLOW_MMAP,
             CachePolicy::Metadata => f |= DIRECT_IO_ALLOW_MMAP | CACHE_SYMLINKS,
@@ -291,6 +294,18 @@ impl PassthroughFs {
 
     fn creds(&self, ctx: Ctx) -> io::Result<CredGuard> {
         CredGuard::switch(self.switch_creds, ctx.uid, ctx.gid)
+    }
+
+    /// While the guard lives, this thread lacks CAP_FSETID when the guest
+    /// asked to clear setuid/setgid (KILLPRIV_V2): the host kernel then
+    /// clears them on the write, truncate or open(O_TRUNC), as for an
+    /// unprivileged writer, with the file capabilities.
+    fn kill_priv(&self, ctx: Ctx) -> io::Result<Option<sys::CapsGuard>> {
+        if ctx.kill_priv && self.cfg.killpriv_v2 {
+            sys::without_fsetid().map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     /// Re-opens a regular file or directory through `/proc/self/fd`. Never for
@@ -441,7 +456,7 @@ impl PassthroughFs {
         sys::statx(self.inode(id)?.fd(), sync, mask)
     }
 
-    pub(crate) fn setattr(&self, id: u64, a: &SetAttr) -> io::Result<Stat> {
+    pub(crate) fn setattr(&self, ctx: Ctx, id: u64, a: &SetAttr) -> io::Result<Stat> {
         self.writable()?;
         let inode = self.inode(id)?;
         let handle =
@@ -481,6 +496,7 @@ impl PassthroughFs {
             if !inode.is_reg() {
                 return Err(err(libc::EINVAL));
             }
+            let _kill = self.kill_priv(ctx)?;
             match handle.filter(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY) {
                 Some(h) => sys::ftruncate(h.fd(), size)?,
                 None => sys::ftruncate(self.reopen(&inode, libc::O_WRONLY)?.as_fd(), size)?,
@@ -687,7 +703,7 @@ impl PassthroughFs {
         )
     }
 
-    pub(crate) fn open(&self, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
+    pub(crate) fn open(&self, ctx: Ctx, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
         let inode = self.inode(id)?;
         if inode.is_dir() {
             return Err(err(libc::EISDIR));
@@ -698,7 +714,10 @@ impl PassthroughFs {
         let flags = self.open_flags(guest_flags);
         self.check_open_writable(flags)?;
         self.room(1)?;
-        let fd = self.reopen(&inode, flags)?;
+        let fd = {
+            let _kill = self.kill_priv(ctx)?;
+            self.reopen(&inode, flags)?
+        };
         let fh = self.handles.insert(id, fd, flags);
         Ok((fh, self.file_open_flags()))
     }
@@ -771,6 +790,7 @@ impl PassthroughFs {
             let _c = self.creds(ctx)?;
             sys::access_fd(inode.fd(), mask)?;
         }
+        let _kill = self.kill_priv(ctx)?;
         self.reopen(&inode, flags)
     }
 

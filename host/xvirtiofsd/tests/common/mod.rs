@@ -108,6 +108,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         xattrmap: None,
         no_device_nodes: false,
         no_setid: false,
+        killpriv_v2: false,
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -498,6 +499,7 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         xattrmap: None,
         no_device_nodes: false,
         no_setid: false,
+        killpriv_v2: false,
     }
 }
 
