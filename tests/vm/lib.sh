@@ -8,6 +8,8 @@
 #   assert_eq WANT GOT MSG  assert_ok MSG CMD...  assert_files_eq A B MSG
 #   pass MSG / fail MSG     count one assertion
 #   vmt_checks FILE [PFX]   assert the CHECK/FAILCHECK lines a host-side helper wrote
+#   vmt_status CTL FIELD    a field (a.b for nested) of `status` on control socket CTL
+#   vmt_successor_args PID  PID's arguments for a successor, one per line
 #   vmt_summary             print "N passed, M failed"; status 1 when M > 0
 
 # shellcheck source=vmm-config/functions.sh
@@ -86,6 +88,32 @@ vmt_checks() {
             FAILCHECK) fail "${2:-}$name $want $got" ;;
         esac
     done <"$1"
+}
+
+vmt_status() {
+    "${XVD:-$DAEMON}" status --control "$1" 2>/dev/null | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[k]
+print(v)' "$2"
+}
+
+# A running daemon's own options for its successor (which takes its security
+# settings from its command line only): its command line without
+# --handover-from and --fd.
+vmt_successor_args() {
+    local -a a
+    local x skip=0
+    mapfile -d '' a <"/proc/$1/cmdline"
+    for x in "${a[@]:1}"; do
+        if [ "$skip" = 1 ]; then skip=0; continue; fi
+        case "$x" in
+            --handover-from | --fd) skip=1 ;;
+            --handover-from=* | --fd=*) ;;
+            *) printf '%s\n' "$x" ;;
+        esac
+    done
 }
 
 vmt_summary() {

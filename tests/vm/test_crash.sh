@@ -32,7 +32,6 @@ set -euo pipefail
 
 vmt_init crash
 KILLS=${XVFS_KILLS:-20}
-XVD=$DAEMON
 
 # The fault-injection build (its hooks), then the plain one last, so that
 # host/target/release keeps the release build.
@@ -41,14 +40,7 @@ FAULTY=$VMT_DIR/xvirtiofsd-fault
 cp "${CARGO_TARGET_DIR:-$XVFS_ROOT/host/target}/release/xvirtiofsd" "$FAULTY"
 (cd "$XVFS_ROOT/host" && cargo build -q --release -p xvirtiofsd)
 
-sfield() { # sfield CONTROL FIELD[.FIELD]
-    "${XVD}" status --control "$1" 2>/dev/null | python3 -c '
-import json, sys
-v = json.load(sys.stdin)
-for k in sys.argv[1].split("."):
-    v = v[k]
-print(v)' "$2"
-}
+sfield() { vmt_status "$@"; }
 
 host_side() {
     local share=$1 ctl=$2 n pid new i ok conn0
@@ -152,12 +144,7 @@ mkdir -p "$SHARE2"
     # kill.
     for n in 1 2; do
         holder=$(sfield "$CTL2" crash_restart.holder_pid)
-        mapfile -d '' all <"/proc/$holder/cmdline"
-        args=() skip=0
-        for x in "${all[@]:1}"; do
-            if [ "$skip" = 1 ]; then skip=0; continue; fi
-            case "$x" in --handover-from) skip=1 ;; --handover-from=*) ;; *) args+=("$x") ;; esac
-        done
+        mapfile -t args < <(vmt_successor_args "$holder")
         rc=0
         "$FAULTY" upgrade --control "$CTL2" -- "${args[@]}" >>"$VMT_DIR/upgrades.log" 2>&1 || rc=$?
         echo "CHECK upgrade-$n-with-holder-rc 0 $rc"

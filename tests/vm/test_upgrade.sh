@@ -47,27 +47,9 @@ assert_ok "the two builds report different versions ($VERSION_A, $VERSION_B)" te
 
 GUEST_SCRIPT=$WORKLOAD_GUEST_SCRIPT
 
-status_field() { # status_field CONTROL FIELD
-    "$BIN_DIR/xvirtiofsd-a" status --control "$1" |
-        python3 -c "import json,sys; print(json.load(sys.stdin)[sys.argv[1]])" "$2"
-}
-
-# The running daemon's own options, one per line, for its successor (which
-# takes its security settings from its command line only): its command line
-# without --handover-from and --fd.
-successor_args() { # successor_args CONTROL
-    local -a a
-    local x skip=0
-    mapfile -d '' a <"/proc/$(status_field "$1" pid)/cmdline"
-    for x in "${a[@]:1}"; do
-        if [ "$skip" = 1 ]; then skip=0; continue; fi
-        case "$x" in
-            --handover-from | --fd) skip=1 ;;
-            --handover-from=* | --fd=*) ;;
-            *) printf '%s\n' "$x" ;;
-        esac
-    done
-}
+export XVD=$BIN_DIR/xvirtiofsd-a
+status_field() { vmt_status "$@"; }
+successor_args() { vmt_successor_args "$(vmt_status "$1" pid)"; }
 
 # The host side of the first boot; its assertions go to a file read afterwards
 # (this runs in the background while the guest runs).
