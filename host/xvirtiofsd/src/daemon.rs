@@ -228,9 +228,13 @@ impl Daemon {
 
     /// A crash restart: the holder hands over the crashed serving process's
     /// last checkpoint; the file system comes from the journal.
+    /// The checkpoint came from a process the guest may have compromised:
+    /// its security settings must equal this command line's, as a live
+    /// upgrade's state must.
     pub fn restart(opt: &Opt, link: HolderLink) -> Result<Daemon, SetupError> {
         let wake_cost = measure_wake_cost(50);
-        let inc = link.receive()?;
+        let mut inc = link.receive()?;
+        own_settings(opt, &mut inc)?;
         let own = Own {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
@@ -248,12 +252,6 @@ impl Daemon {
         opt: &Opt,
         link: Option<HolderLink>,
     ) -> Result<Daemon, SetupError> {
-        let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
-            SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
-        })?;
-        let shared_dir = std::fs::canonicalize(&shared_dir)
-            .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
-        let own = config_state(opt, &shared_dir);
         // Calibrate and move into the running daemon's cgroups (a cgroup
         // migration can take milliseconds) before asking: its queues are
         // stopped from the moment it answers until this one confirms.
@@ -264,19 +262,7 @@ impl Daemon {
         let joined = join_cgroups_early(upgrade::connect(control_path)?);
         let peer = upgrade::connect(control_path)?;
         let mut inc = upgrade::receive(peer, control_path)?;
-        let own_control = opt.control.as_ref().map(|p| p.display().to_string());
-        match crate::trust::check_settings(
-            &own,
-            &inc.state.config,
-            own_control.as_deref(),
-            inc.state.control_path.as_deref(),
-        ) {
-            Ok(cfg) => inc.state.config = cfg,
-            Err(reason) => {
-                inc.fail(&reason);
-                return Err(upgrade::UpgradeError::Settings(reason).into());
-            }
-        }
+        own_settings(opt, &mut inc)?;
         let own = Own {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
@@ -499,6 +485,34 @@ impl Daemon {
             }
         }
         result
+    }
+}
+
+/// A received state's security settings must equal `opt`'s (see
+/// [`crate::trust`]); the rest is taken from the state. A refusal is told
+/// to the sender.
+fn own_settings(opt: &Opt, inc: &mut Incoming) -> Result<(), SetupError> {
+    let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
+        SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
+    })?;
+    let shared_dir = std::fs::canonicalize(&shared_dir)
+        .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
+    let own = config_state(opt, &shared_dir);
+    let own_control = opt.control.as_ref().map(|p| p.display().to_string());
+    match crate::trust::check_settings(
+        &own,
+        &inc.state.config,
+        own_control.as_deref(),
+        inc.state.control_path.as_deref(),
+    ) {
+        Ok(cfg) => {
+            inc.state.config = cfg;
+            Ok(())
+        }
+        Err(reason) => {
+            inc.fail(&reason);
+            Err(upgrade::UpgradeError::Settings(reason).into())
+        }
     }
 }
 

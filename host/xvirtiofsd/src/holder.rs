@@ -130,7 +130,7 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
                 opt.crash_restart_limit.0,
                 opt.crash_restart_limit.1
             );
-            return Ok(give_up(last.as_ref()));
+            return Ok(give_up(opt, last.as_ref()));
         }
         short_lived = if started.elapsed() >= HEALTHY {
             0
@@ -296,12 +296,12 @@ fn exit_status(how: ChildEnd) -> u8 {
 /// request from now on with EIO, from the last checkpoint and without
 /// touching the file system, until the front-end leaves: the guest sees
 /// errors, never a hang. Returns the exit status (1).
-fn give_up(last: Option<&Checkpoint>) -> u8 {
+fn give_up(opt: &Opt, last: Option<&Checkpoint>) -> u8 {
     let Some(cp) = last else {
         return 1;
     };
     error!("crash restart: every request now gets EIO until the front-end disconnects");
-    if let Err(e) = refuse_requests(cp) {
+    if let Err(e) = refuse_requests(opt, cp) {
         error!(
             "crash restart: cannot answer the guest any more: {}",
             crate::error_chain(&e)
@@ -322,10 +322,19 @@ enum RefuseError {
     Fd(u32),
 }
 
-fn refuse_requests(cp: &Checkpoint) -> Result<(), RefuseError> {
+fn refuse_requests(opt: &Opt, cp: &Checkpoint) -> Result<(), RefuseError> {
     use crate::vhost_user::{Connection, Device, ServeEnd};
-    let st = virtio_fs_ext::state::DaemonState::decode(&cp.blob)?;
+    let mut st = virtio_fs_ext::state::DaemonState::decode(&cp.blob)?;
     st.check(cp.fds.len())?;
+    // The checkpoint came from a process the guest may have compromised:
+    // what this holder opens comes from its own command line.
+    let dir = opt.shared_dir.clone().unwrap_or_default();
+    let dir = std::fs::canonicalize(&dir)
+        .map_err(|e| crate::daemon::SetupError::SharedDir(dir.clone(), e))?;
+    let own = crate::settings::config_state(opt, &dir);
+    st.config = crate::trust::check_settings(&own, &st.config, None, None)
+        .map_err(crate::upgrade::UpgradeError::Settings)
+        .map_err(crate::daemon::SetupError::from)?;
     let mut fds: Vec<Option<OwnedFd>> = cp.fds.iter().map(|f| f.try_clone().ok()).collect();
     let mut take = |i: u32| {
         fds.get_mut(i as usize)
