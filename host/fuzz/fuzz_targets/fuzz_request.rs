@@ -55,6 +55,7 @@ fn server() -> &'static PassthroughServer {
             xattrmap: None,
             no_device_nodes: false,
             no_setid: false,
+            killpriv_v2: false,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })
@@ -74,6 +75,8 @@ fn rw_server() -> Option<&'static PassthroughServer> {
                 // Bounded: the fuzzer looks up far more than it forgets.
                 max_open: 4096,
                 xattrmap: xvfs_fs::passthrough::XattrMap::parse(":map::user.virtiofs.:").ok(),
+                // Marked writes, truncates and opens drop CAP_FSETID.
+                killpriv_v2: true,
                 ..Config::default()
             };
             Some(Server::new(
