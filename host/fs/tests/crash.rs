@@ -290,3 +290,35 @@ fn replays_of_links_exchanges_shifts_and_xattrs_are_resolved() {
     remove(&h).ok();
     j.idle(1);
 }
+
+#[test]
+fn a_state_migrated_in_is_journaled_and_survives_a_crash() {
+    use xvfs_fs::passthrough::SaveOptions;
+    let src = Harness::new();
+    std::fs::create_dir(src.dir.join("d")).unwrap();
+    std::fs::write(src.dir.join("d/f"), b"migrated").unwrap();
+    let d = src.lookup_ok(ROOT, "d").nodeid;
+    let f = src.lookup_ok(d, "f").nodeid;
+    let fh = src.open(f, libc::O_RDONLY).parse::<abi::OpenOut>().fh;
+    let st = src.fs().migration_state(SaveOptions {
+        file_handles: false,
+        verify_handles: false,
+    });
+
+    // The destination journals (it runs with --crash-restart).
+    let jf = journal_file(&src.dir);
+    let j = leak(Journal::create(jf.as_fd(), 2, 64, 64).unwrap());
+    let mut dst = PassthroughFs::new(default_config(&src.dir.path)).unwrap();
+    dst.attach_journal(j);
+    dst.load_migration(&st, true).unwrap();
+    let t = j.tables();
+    assert_eq!((t.fs.inodes.len(), t.fs.handles.len()), (2, 1), "journaled");
+
+    // And a crash right after the migration finds them again.
+    let j2 = leak(Journal::open(jf.as_fd()).unwrap());
+    let mut again = PassthroughFs::new(default_config(&src.dir.path)).unwrap();
+    let report = again.recover(j2).unwrap();
+    assert_eq!((report.inodes, report.handles), (2, 1));
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    let _ = fh;
+}

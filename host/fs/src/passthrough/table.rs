@@ -250,18 +250,23 @@ impl InodeTable {
             refs,
         } = inode;
         let mut keys = lock(&self.by_key[key_shard(key)]);
-        write(&self.by_id[id_shard(id)]).insert(
+        let inode = Arc::new(Inode {
             id,
-            Arc::new(Inode {
-                id,
-                fd,
-                key,
-                file_type,
-                generation,
-                refs: AtomicU64::new(refs),
-                slot: AtomicU32::new(NO_SLOT),
-            }),
-        );
+            fd,
+            key,
+            file_type,
+            generation,
+            refs: AtomicU64::new(refs),
+            slot: AtomicU32::new(NO_SLOT),
+        });
+        // A VM migration's load into a journaling file system: journal it
+        // (a crash restart's rebuild attaches the journal afterwards).
+        if let Some(j) = self.journal {
+            let slot = journal_node(j, &inode, None);
+            j.set_refs(slot, refs);
+            inode.slot.store(slot, Ordering::Relaxed);
+        }
+        write(&self.by_id[id_shard(id)]).insert(id, inode);
         keys.insert(key, id);
         self.next_id.fetch_max(id + 1, Ordering::Relaxed);
     }
