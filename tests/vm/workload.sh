@@ -138,3 +138,46 @@ open(sys.argv[4], "w").write(line + "\n")
 PY
     pass "pause measured ($(cat "$4"))"
 }
+
+# workload_attributed_pause SHARE DAEMON_LOG MARK N WHAT FILE: the guest-visible
+# pause of each of the N handovers in DAEMON_LOG: the gap of the steady stream
+# that spans the daemon's own pause ("handing over" to "handover complete",
+# host clock), found through MARK ("MARK stop-ms cont-ms": the host stopped the
+# serving process for a moment, host clock; the longest gap of the stream
+# ends when it resumed, which gives the guest clock's offset). Printed and
+# written to FILE.
+workload_attributed_pause() {
+    python3 - "$1/tick_lat.log" "$2" "$3" "$4" "$5" "$6" <<'PY'
+import datetime, statistics, sys
+tick, log, mark, n, what, out = sys.argv[1:7]
+times = sorted(int(l.split(",")[0]) for l in open(tick) if l.strip())
+_, stop, cont = open(mark).read().split()[:3]
+gaps = list(zip(times, times[1:]))
+a, b = max(gaps, key=lambda g: g[1] - g[0])
+offset = int(cont) - b  # host ms = guest ms + offset
+def ms(line):
+    t = datetime.datetime.strptime(line[1:24], "%Y-%m-%dT%H:%M:%S.%f")
+    return int(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+spans, start = [], None
+for line in open(log, errors="replace"):
+    if "upgrade: handing over to" in line:
+        start = ms(line)
+    elif "upgrade: handover complete in" in line and start is not None:
+        spans.append((start, ms(line)))
+        start = None
+    elif "upgrade failed" in line:
+        start = None
+pauses = []
+for s, e in spans[: int(n)]:
+    before = [t for t in times if t <= s - offset]
+    after = [t for t in times if t >= e - offset]
+    if before and after:
+        pauses.append(after[0] - before[-1])
+line = (f"guest-visible pause per {what} (the stream's gap spanning each daemon-side pause, "
+        f"{len(pauses)} of {n}; marker gap {b - a} ms for a {int(cont) - int(stop)} ms stop): "
+        f"median {statistics.median(pauses) if pauses else 'n/a'} ms, "
+        f"max {max(pauses) if pauses else 'n/a'} ms; each: {pauses}")
+print(line)
+open(out, "w").write(line + "\n")
+PY
+}
