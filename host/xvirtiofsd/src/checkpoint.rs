@@ -72,29 +72,28 @@ impl HolderLink {
         upgrade::receive_from_holder(peer)
     }
 
-    /// Sends a checkpoint (see the module documentation). A holder that
-    /// cannot take it is reported once; serving goes on without it.
-    pub fn checkpoint(&self, blob: &[u8], fds: &[RawFd]) {
+    /// Checkpoints the device and daemon described by `out` (see the
+    /// module documentation). A holder that cannot take it is reported
+    /// once; serving goes on without it.
+    pub fn checkpoint_device(&self, out: &Outgoing<'_>, dev: &Device, conn_fd: RawFd) {
         if self.lost.load(Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = handover::send_state(&self.sock, blob, fds) {
+        let (st, fds) = upgrade::daemon_state(out, dev, conn_fd, false);
+        let blob = match st.encode() {
+            Ok(blob) => blob,
+            Err(e) => {
+                warn!("crash restart: checkpoint: {}", crate::error_chain(&e));
+                return;
+            }
+        };
+        if let Err(e) = handover::send_state(&self.sock, &blob, &fds) {
             self.lost.store(true, Ordering::Relaxed);
             warn!(
                 "crash restart: the holder takes no checkpoint ({}); a crash from now on \
                  is not survived",
                 crate::error_chain(&e)
             );
-        }
-    }
-
-    /// Checkpoints the device and daemon described by `out` (see the
-    /// module documentation).
-    pub fn checkpoint_device(&self, out: &Outgoing<'_>, dev: &Device, conn_fd: RawFd) {
-        let (st, fds) = upgrade::daemon_state(out, dev, conn_fd, false);
-        match st.encode() {
-            Ok(blob) => self.checkpoint(&blob, &fds),
-            Err(e) => warn!("crash restart: checkpoint: {}", crate::error_chain(&e)),
         }
     }
 

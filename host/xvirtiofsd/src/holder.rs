@@ -19,9 +19,9 @@
 //! After `N` crashes within `SECONDS` (`--crash-restart-limit`) the holder
 //! stops restarting and says so; see docs/crash-restart.md.
 //!
-//! The holder does no file-system work and handles no guest input; signals
-//! it receives (SIGTERM, SIGINT, ...) go to the serving process, and then
-//! its end is not a crash.
+//! The holder does no file-system work and, until it gives up, handles no
+//! guest input; signals it receives (SIGTERM, SIGINT, ...) go to the
+//! serving process, and then its end is not a crash.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -286,10 +286,7 @@ fn signal_name(sig: i32) -> &'static str {
 }
 
 fn exit_status(how: ChildEnd) -> u8 {
-    match how {
-        ChildEnd::Exited(c) => u8::try_from(c).unwrap_or(1),
-        ChildEnd::Signaled(s) => u8::try_from(128 + s).unwrap_or(1),
-    }
+    u8::try_from(how.code()).unwrap_or(1)
 }
 
 /// No more restarts. If a front-end is connected, the holder answers every

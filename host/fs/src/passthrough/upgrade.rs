@@ -79,17 +79,11 @@ impl PassthroughFs {
                 fd_index: push(h.fd()),
             })
             .collect();
-        let root = self.inodes.root();
-        FsSnapshot {
-            state: FsState {
-                root_dev: root.key.0,
-                root_ino: root.key.1,
-                next_id: self.inodes.next_id(),
-                inodes,
-                handles,
-            },
-            fds,
-        }
+        let mut snap = self.empty_snapshot();
+        snap.state.inodes = inodes;
+        snap.state.handles = handles;
+        snap.fds = fds;
+        snap
     }
 
     /// Rebuilds a file system from a snapshot taken by an earlier process.

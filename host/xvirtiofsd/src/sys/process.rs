@@ -66,11 +66,7 @@ pub fn supervise(child: libc::pid_t) -> io::Result<i32> {
         // SAFETY: waitpid writes the status into `status`.
         let r = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
         if r == child {
-            return Ok(if libc::WIFSIGNALED(status) {
-                128 + libc::WTERMSIG(status)
-            } else {
-                libc::WEXITSTATUS(status)
-            });
+            return Ok(ChildEnd::from_wait_status(status).code());
         }
         if r < 0 {
             return Err(io::Error::last_os_error());
@@ -136,6 +132,25 @@ pub enum ChildEnd {
     Signaled(i32),
 }
 
+impl ChildEnd {
+    /// From a `waitpid(2)` status of a child that ended.
+    fn from_wait_status(status: libc::c_int) -> ChildEnd {
+        if libc::WIFSIGNALED(status) {
+            ChildEnd::Signaled(libc::WTERMSIG(status))
+        } else {
+            ChildEnd::Exited(libc::WEXITSTATUS(status))
+        }
+    }
+
+    /// As a shell reports it: the exit status, or 128 + the signal.
+    pub fn code(self) -> i32 {
+        match self {
+            ChildEnd::Exited(c) => c,
+            ChildEnd::Signaled(s) => 128 + s,
+        }
+    }
+}
+
 /// Reaps child `pid` (waits for it).
 pub fn reap(pid: libc::pid_t) -> io::Result<ChildEnd> {
     loop {
@@ -143,11 +158,7 @@ pub fn reap(pid: libc::pid_t) -> io::Result<ChildEnd> {
         // SAFETY: waitpid writes the status into `status`.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         if r == pid {
-            return Ok(if libc::WIFSIGNALED(status) {
-                ChildEnd::Signaled(libc::WTERMSIG(status))
-            } else {
-                ChildEnd::Exited(libc::WEXITSTATUS(status))
-            });
+            return Ok(ChildEnd::from_wait_status(status));
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
