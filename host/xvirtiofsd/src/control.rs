@@ -194,8 +194,13 @@ fn read_line(s: &mut UnixStream) -> io::Result<String> {
     let mut line = Vec::new();
     let mut b = [0u8; 1];
     while line.len() < 64 {
-        if s.read(&mut b)? == 0 {
-            break;
+        // A signal (e.g. glibc's set-id broadcast to every thread) ends a
+        // read with a timeout early: not the client's doing.
+        match s.read(&mut b) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         }
         if b[0] == b'\n' {
             break;
