@@ -29,9 +29,19 @@ fn dup_fds(s: &FsSnapshot) -> Vec<OwnedFd> {
         .collect()
 }
 
+/// A file system restored from `state` on the configured directory.
+fn restore_fs(
+    cfg: xvfs_fs::passthrough::Config,
+    state: &FsState,
+    fds: Vec<OwnedFd>,
+) -> Result<PassthroughFs, xvfs_fs::passthrough::Error> {
+    let dir = xvfs_fs::passthrough::SharedDir::open(&cfg.root_dir)?;
+    PassthroughFs::restore(cfg, dir, state, fds)
+}
+
 fn restored(h: &Harness, state: &FsState, fds: Vec<OwnedFd>) -> Server {
     let cfg = default_config(&h.dir.path);
-    Server::new(PassthroughFs::restore(cfg, state, fds).unwrap())
+    Server::new(restore_fs(cfg, state, fds).unwrap())
 }
 
 fn req(srv: &Server, op: u32, node: u64, body: &[u8]) -> (i32, Vec<u8>) {
@@ -142,7 +152,7 @@ fn restore_rejects_inconsistent_state() {
     let _ = fh;
     let snap = h.fs().snapshot();
     let cfg = || default_config(&h.dir.path);
-    let try_restore = |s: &FsState, fds| PassthroughFs::restore(cfg(), s, fds).map(drop);
+    let try_restore = |s: &FsState, fds| restore_fs(cfg(), s, fds).map(drop);
 
     assert!(try_restore(&snap.state, dup_fds(&snap)).is_ok());
 
@@ -247,7 +257,7 @@ fn restore_refuses_descriptors_outside_the_share() {
     std::fs::remove_file(h.dir.join("gone")).unwrap();
     let snap = h.fs().snapshot();
     let cfg = || default_config(&h.dir.path);
-    let try_restore = |s: &FsState, fds| PassthroughFs::restore(cfg(), s, fds).map(drop);
+    let try_restore = |s: &FsState, fds| restore_fs(cfg(), s, fds).map(drop);
     // Inside: a directory, a file below it, an unlinked file still open.
     assert!(try_restore(&snap.state, dup_fds(&snap)).is_ok());
 
@@ -321,7 +331,7 @@ fn opens_past_the_cap_get_emfile_and_the_tables_still_restore() {
     let snap = h.fs().snapshot();
     let mut cfg = default_config(&h.dir.path);
     cfg.max_open = CAP;
-    let restored = Server::new(PassthroughFs::restore(cfg, &snap.state, dup_fds(&snap)).unwrap());
+    let restored = Server::new(restore_fs(cfg, &snap.state, dup_fds(&snap)).unwrap());
     restored.restore_session(h.srv.session().unwrap()).unwrap();
     assert_eq!(restored.fs().open_counts().0, CAP);
     let open = abi::OpenIn {

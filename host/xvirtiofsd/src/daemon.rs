@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use log::{info, warn};
 use virtio_fs_ext::state::{ConfigState, DaemonState};
-use xvfs_fs::passthrough::XattrMapError;
+use xvfs_fs::passthrough::{SharedDir, XattrMapError};
 use xvfs_fs::PassthroughFs;
 
 use crate::checkpoint::HolderLink;
@@ -22,6 +22,7 @@ use crate::metrics_file::{MetricsHandle, MetricsWriter};
 use crate::queue::measure_wake_cost;
 use crate::service_manager::Notifier;
 use crate::settings::{config_state, device_config, fs_config, max_open};
+use crate::successor::Prepared;
 use crate::upgrade::{self, Incoming, Outgoing};
 use crate::vhost_user::{Connection, Device, ServeEnd, VhostUserError};
 use crate::{error_chain, logger, sandbox, sys, FsServer};
@@ -87,6 +88,9 @@ pub struct Own {
     /// The pid whose cgroups this process joined before the handover
     /// began (outside the guest-visible pause).
     pub joined: Option<u32>,
+    /// Set up before the handover began (a live upgrade's successor):
+    /// then nothing in the pause needs a host path.
+    pub prepared: Option<Prepared>,
 }
 
 /// How serving ended without an error.
@@ -120,11 +124,7 @@ impl Daemon {
     /// A fresh daemon: open everything, enter the sandbox, wait for the
     /// front-end to connect.
     pub fn fresh(opt: &Opt, link: Option<HolderLink>) -> Result<Daemon, SetupError> {
-        let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
-            SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
-        })?;
-        let shared_dir = std::fs::canonicalize(&shared_dir)
-            .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
+        let shared_dir = canonical_shared_dir(opt)?;
         if opt.thread_pool_size.is_some() {
             info!("--thread-pool-size has no effect: requests are served by one worker per queue");
         }
@@ -234,41 +234,14 @@ impl Daemon {
     pub fn restart(opt: &Opt, link: HolderLink) -> Result<Daemon, SetupError> {
         let wake_cost = measure_wake_cost(50);
         let mut inc = link.receive()?;
-        own_settings(opt, &mut inc)?;
+        own_settings(opt, &canonical_shared_dir(opt)?, &mut inc)?;
         let own = Own {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
             joined: None,
+            prepared: None,
         };
         Daemon::adopt(inc, wake_cost, own, Some(link), true)
-    }
-
-    /// A successor: ask the daemon behind `control_path` for its state and
-    /// adopt it.
-    /// Its security settings come from `opt` and must equal the running
-    /// daemon's (see [`crate::trust`]).
-    pub fn take_over(
-        control_path: &Path,
-        opt: &Opt,
-        link: Option<HolderLink>,
-    ) -> Result<Daemon, SetupError> {
-        // Calibrate and move into the running daemon's cgroups (a cgroup
-        // migration can take milliseconds) before asking: its queues are
-        // stopped from the moment it answers until this one confirms.
-        let wake_cost = measure_wake_cost(200);
-        // One connection for status, one for the handover (the control
-        // socket serves one command per connection); each peer is checked
-        // before anything is sent to it.
-        let joined = join_cgroups_early(upgrade::connect(control_path)?);
-        let peer = upgrade::connect(control_path)?;
-        let mut inc = upgrade::receive(peer, control_path)?;
-        own_settings(opt, &mut inc)?;
-        let own = Own {
-            caps: caps_mask(opt)?,
-            max_open: opt.max_open,
-            joined,
-        };
-        Daemon::adopt(inc, wake_cost, own, link, false)
     }
 
     /// Continues a predecessor's work from the state it sent: restores the
@@ -280,13 +253,14 @@ impl Daemon {
     pub fn adopt(
         mut inc: Incoming,
         wake_cost: Duration,
-        own: Own,
+        mut own: Own,
         link: Option<HolderLink>,
         crashed: bool,
     ) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
+        let mut prepared = own.prepared.take();
         logger::init(st.config.log_level);
-        if st.config.syslog {
+        if st.config.syslog && prepared.is_none() {
             if let Err(e) = logger::use_syslog() {
                 warn!(
                     "--syslog: no system logger at {}: {e}; logging to standard error",
@@ -294,7 +268,11 @@ impl Daemon {
                 );
             }
         }
-        let notifier = Notifier::from_env();
+        let notifier = match prepared.as_mut() {
+            Some(p) => p.notifier.take(),
+            None => Notifier::from_env(),
+        };
+        let dev_null = prepared.as_mut().and_then(|p| p.dev_null.take());
         // (Not SO_PEERCRED: on the connecting side it names whoever created
         // the listening control socket, the first daemon, not the one being
         // replaced.) The pid is only believed if that process holds the
@@ -307,8 +285,16 @@ impl Daemon {
             // The holder's child: in the holder's cgroups already.
         } else if own.joined == Some(st.writer_pid) {
             // Joined before the handover began.
-        } else if crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident) {
+        } else if prepared.is_none()
+            && crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident)
+        {
             crate::cgroup::join_cgroups_of(st.writer_pid as i32);
+        } else if prepared.is_some() {
+            warn!(
+                "the cgroups of pid {} were not joined before the handover (it did not hold \
+                 the connection its status named): they are not joined",
+                st.writer_pid
+            );
         } else {
             warn!(
                 "pid {} does not hold the handed-over connection: its cgroups are not joined",
@@ -322,7 +308,7 @@ impl Daemon {
             .filter(|_| link.is_none())
             .collect();
         let journal = link.as_ref().map(HolderLink::journal);
-        let restored = match restore(&mut inc, &st, wake_cost, &own, journal, crashed) {
+        let restored = match restore(&mut inc, &st, wake_cost, &own, prepared, journal, crashed) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -367,7 +353,11 @@ impl Daemon {
                 cli::VERSION,
                 st.writer_version
             );
-            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let null = dev_null.or_else(|| {
+                let f = std::fs::OpenOptions::new().write(true).open("/dev/null");
+                f.ok().map(OwnedFd::from)
+            });
+            if let Some(null) = null {
                 let _ = sys::dup_onto(null.as_fd(), 1);
             }
         }
@@ -488,16 +478,23 @@ impl Daemon {
     }
 }
 
-/// A received state's security settings must equal `opt`'s (see
-/// [`crate::trust`]); the rest is taken from the state. A refusal is told
-/// to the sender.
-fn own_settings(opt: &Opt, inc: &mut Incoming) -> Result<(), SetupError> {
+/// `--shared-dir`, made absolute with every link resolved.
+pub(crate) fn canonical_shared_dir(opt: &Opt) -> Result<PathBuf, SetupError> {
     let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
         SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
     })?;
-    let shared_dir = std::fs::canonicalize(&shared_dir)
-        .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
-    let own = config_state(opt, &shared_dir);
+    std::fs::canonicalize(&shared_dir).map_err(|e| SetupError::SharedDir(shared_dir, e))
+}
+
+/// A received state's security settings must equal `opt`'s (see
+/// [`crate::trust`]); the rest is taken from the state. A refusal is told
+/// to the sender.
+pub(crate) fn own_settings(
+    opt: &Opt,
+    shared_dir: &Path,
+    inc: &mut Incoming,
+) -> Result<(), SetupError> {
+    let own = config_state(opt, shared_dir);
     let own_control = opt.control.as_ref().map(|p| p.display().to_string());
     match crate::trust::check_settings(
         &own,
@@ -533,25 +530,6 @@ fn outgoing<'a>(
         pid_files,
         server,
     }
-}
-
-/// A successor, before the handover begins: moves into the cgroups of the
-/// daemon on `peer` (a checked control connection) if it holds the
-/// vhost-user connection its status names.
-/// Returns that daemon's pid (its state must name the same one).
-fn join_cgroups_early(peer: UnixStream) -> Option<u32> {
-    let status = control::query_status_on(peer).ok()?;
-    let s: control::StatusSummary = serde_json::from_str(status.trim()).ok()?;
-    let pid = if s.serving_pid > 0 {
-        s.serving_pid
-    } else {
-        s.pid
-    };
-    if !crate::cgroup::holds_socket(pid as i32, &s.connection) {
-        return None;
-    }
-    crate::cgroup::join_cgroups_of(pid as i32);
-    Some(pid)
 }
 
 fn log_served(dev: &Device) {
@@ -590,20 +568,20 @@ fn take_pid_files(pid_files: Vec<OwnedFd>) -> Vec<RawFd> {
     raw
 }
 
-fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, SetupError> {
+pub(crate) fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, SetupError> {
     c.metrics_file
         .as_ref()
         .map(|p| MetricsWriter::open(Path::new(p)).map_err(|e| SetupError::Metrics(p.into(), e)))
         .transpose()
 }
 
-fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
+pub(crate) fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
     Ok(crate::caps::mask(opt.modcaps.as_deref())?)
 }
 
 /// Sandbox, then capabilities (entering the sandbox needs CAP_SYS_ADMIN),
 /// then the system-call filter.
-fn confine(c: &ConfigState, caps: u64) -> Result<Option<OwnedFd>, SetupError> {
+pub(crate) fn confine(c: &ConfigState, caps: u64) -> Result<Option<OwnedFd>, SetupError> {
     let proc_fd = sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
     crate::caps::drop_to(caps)?;
     // Opening file handles (a migration's destination) needs
@@ -625,6 +603,7 @@ fn restore(
     st: &DaemonState,
     wake_cost: Duration,
     own: &Own,
+    prepared: Option<Prepared>,
     journal: Option<&'static xvfs_fs::journal::Journal>,
     crashed: bool,
 ) -> Result<Restored, SetupError> {
@@ -634,17 +613,31 @@ fn restore(
             .map_err(|e| SetupError::Io("log descriptor", e))?;
         let _ = sys::dup_onto(log.as_fd(), 2);
     }
-    let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
-    let max_open = max_open(own.max_open, limit)?;
+    logger::release();
     let started = std::time::Instant::now();
-    let mut fs = restore_fs(inc, st, max_open, journal, crashed)?;
-    let fs_done = started.elapsed();
-    // Everything from here on needs no host path: the sandbox now.
-    let metrics = open_metrics(&st.config)?;
-    if let Some(proc_fd) = confine(&st.config, own.caps)? {
-        fs.set_proc_self_fd(proc_fd);
-    }
-    let confined = started.elapsed();
+    let (fs, metrics, fs_done, confined) = match prepared {
+        Some(p) => {
+            let max_open = max_open(own.max_open, p.limit)?;
+            let mut fs = restore_fs(inc, st, max_open, Some(p.dir), journal, crashed)?;
+            if let Some(proc_fd) = p.proc_fd {
+                fs.set_proc_self_fd(proc_fd);
+            }
+            let done = started.elapsed();
+            (fs, p.metrics, done, None)
+        }
+        None => {
+            let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
+            let max_open = max_open(own.max_open, limit)?;
+            let mut fs = restore_fs(inc, st, max_open, None, journal, crashed)?;
+            let fs_done = started.elapsed();
+            // Everything from here on needs no host path: the sandbox now.
+            let metrics = open_metrics(&st.config)?;
+            if let Some(proc_fd) = confine(&st.config, own.caps)? {
+                fs.set_proc_self_fd(proc_fd);
+            }
+            (fs, metrics, fs_done, Some(started.elapsed()))
+        }
+    };
     let server = Arc::new(FsServer::new(fs));
     let session = match journal.filter(|_| crashed) {
         Some(j) => j.session(),
@@ -657,12 +650,15 @@ fn restore(
     let mut dev_cfg = device_config(&st.config, wake_cost);
     dev_cfg.journal = journal;
     let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
+    let sandbox = match confined {
+        Some(c) => format!("sandbox {} µs", (c - fs_done).as_micros()),
+        None => "sandbox entered before the handover".to_string(),
+    };
     info!(
-        "restored in {} µs: file system {} µs, sandbox {} µs, device {} µs",
+        "restored in {} µs: file system {} µs, {sandbox}, device {} µs",
         started.elapsed().as_micros(),
         fs_done.as_micros(),
-        (confined - fs_done).as_micros(),
-        (started.elapsed() - confined).as_micros()
+        (started.elapsed() - confined.unwrap_or(fs_done)).as_micros()
     );
     let conn = Connection::from_fd(
         take(st.vhost_socket_fd).map_err(|e| SetupError::Io("vhost-user socket", e))?,
@@ -687,6 +683,7 @@ fn restore_fs(
     inc: &mut Incoming,
     st: &DaemonState,
     max_open: usize,
+    dir: Option<SharedDir>,
     journal: Option<&'static xvfs_fs::journal::Journal>,
     crashed: bool,
 ) -> Result<PassthroughFs, SetupError> {
@@ -710,9 +707,13 @@ fn restore_fs(
             fs
         }
         None => {
-            let mut fs =
-                PassthroughFs::restore(fs_config(&st.config, max_open)?, &st.fs, inc.take_fs_fds())
-                    .map_err(SetupError::Fs)?;
+            let cfg = fs_config(&st.config, max_open)?;
+            let dir = match dir {
+                Some(d) => d,
+                None => SharedDir::open(&cfg.root_dir).map_err(SetupError::Fs)?,
+            };
+            let fs = PassthroughFs::restore(cfg, dir, &st.fs, inc.take_fs_fds());
+            let mut fs = fs.map_err(SetupError::Fs)?;
             if let Some(j) = journal {
                 fs.attach_journal(j);
             }

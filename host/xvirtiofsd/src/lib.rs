@@ -26,6 +26,7 @@ pub mod sandbox;
 pub mod service_manager;
 pub mod settings;
 pub mod socket;
+pub mod successor;
 pub mod sys;
 pub mod trust;
 pub mod upgrade;

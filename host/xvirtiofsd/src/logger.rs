@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{LevelFilter, Log, Metadata, Record};
@@ -16,6 +17,28 @@ static LOGGER: StderrLogger = StderrLogger;
 
 /// Set once `--syslog` has connected to the system logger.
 static SYSLOG: AtomicBool = AtomicBool::new(false);
+
+/// Lines kept back by [`hold`] until [`release`].
+static HELD: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
+/// Keeps later lines for standard error back until [`release`]: a live
+/// upgrade's successor logs its set-up before it receives the log
+/// descriptor its predecessor writes to.
+pub fn hold() {
+    if let Ok(mut h) = HELD.lock() {
+        h.get_or_insert_with(Vec::new);
+    }
+}
+
+/// Writes the lines kept back by [`hold`] to standard error (whatever it is
+/// now) and stops keeping them back.
+pub fn release() {
+    let lines = HELD.lock().ok().and_then(|mut h| h.take());
+    let mut err = std::io::stderr().lock();
+    for line in lines.unwrap_or_default() {
+        let _ = err.write_all(line.as_bytes());
+    }
+}
 
 /// Where the system logger listens.
 pub const SYSLOG_SOCKET: &str = "/dev/log";
@@ -50,9 +73,8 @@ pub fn init(level: LogLevel) {
         LogLevel::Trace => LevelFilter::Trace,
         LogLevel::Off => LevelFilter::Off,
     };
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(filter);
-    }
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(filter);
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a time since the epoch.
@@ -103,6 +125,12 @@ impl Log for StderrLogger {
             thread_name,
             record.args()
         );
+        if let Ok(mut h) = HELD.lock() {
+            if let Some(held) = h.as_mut() {
+                held.push(line);
+                return;
+            }
+        }
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 

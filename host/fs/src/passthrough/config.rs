@@ -1,7 +1,8 @@
 //! Configuration and errors of a [`PassthroughFs`](super::PassthroughFs).
 
 use std::io;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::XattrMap;
@@ -88,6 +89,40 @@ impl Default for Config {
             no_setid: false,
             killpriv_v2: false,
         }
+    }
+}
+
+/// The shared directory and `/proc/self/fd`, opened (`O_PATH`): what a
+/// [`PassthroughFs`](super::PassthroughFs) needs from host paths.
+#[derive(Debug)]
+pub struct SharedDir {
+    pub(super) root: OwnedFd,
+    pub(super) proc_self_fd: OwnedFd,
+    pub(super) key: (u64, u64),
+}
+
+impl SharedDir {
+    /// Opens `path` (the shared directory) and `/proc/self/fd`.
+    pub fn open(path: &Path) -> Result<SharedDir, Error> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let open_path_dir = |p: &Path| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(p)
+                .map(OwnedFd::from)
+        };
+        let root = open_path_dir(path).map_err(|source| Error::OpenRoot {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let proc_self_fd = open_path_dir(Path::new("/proc/self/fd")).map_err(Error::OpenProc)?;
+        let st = crate::sys::stat_fd(std::os::fd::AsFd::as_fd(&root)).map_err(Error::StatRoot)?;
+        Ok(SharedDir {
+            root,
+            proc_self_fd,
+            key: (st.st_dev, st.st_ino),
+        })
     }
 }
 

@@ -54,7 +54,7 @@ use crate::abi::{flags as fflags, fopen, init_flags};
 use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
 
-pub use self::config::{CachePolicy, Config, Error};
+pub use self::config::{CachePolicy, Config, Error, SharedDir};
 
 use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
 pub use crate::filesystem::{DirEntry, Entry, XattrReply};
@@ -143,32 +143,25 @@ impl PassthroughFs {
     /// Opens `cfg.root_dir` and `/proc/self/fd`, and sets the process umask to
     /// 0 (see the module documentation). Call before entering a sandbox.
     pub fn new(cfg: Config) -> Result<Self, Error> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let open_path_dir = |p: &std::path::Path| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-                .open(p)
-                .map(OwnedFd::from)
-        };
-        let root = open_path_dir(&cfg.root_dir).map_err(|source| Error::OpenRoot {
-            path: cfg.root_dir.clone(),
-            source,
-        })?;
-        let proc_self_fd =
-            open_path_dir(std::path::Path::new("/proc/self/fd")).map_err(Error::OpenProc)?;
-        let st = sys::stat_fd(root.as_fd()).map_err(Error::StatRoot)?;
+        let dir = SharedDir::open(&cfg.root_dir)?;
+        Ok(Self::at(cfg, dir))
+    }
+
+    /// A file system on a shared directory opened earlier (a live
+    /// upgrade's successor opens it before entering its sandbox, where the
+    /// path is no longer visible). `cfg.root_dir` is not opened again.
+    pub fn at(cfg: Config, dir: SharedDir) -> Self {
         sys::umask(0);
-        Ok(PassthroughFs {
+        PassthroughFs {
             switch_creds: sys::geteuid() == 0,
             cfg,
-            proc_self_fd,
-            inodes: InodeTable::new(root, (st.st_dev, st.st_ino)),
+            proc_self_fd: dir.proc_self_fd,
+            inodes: InodeTable::new(dir.root, dir.key),
             handles: HandleTable::default(),
             negotiated: AtomicU64::new(0),
             refused_emfile: AtomicU64::new(0),
             lost: std::sync::Mutex::new(Lost::default()),
-        })
+        }
     }
 
     /// Re-opens descriptors through `fd` from now on instead of the

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::state::{FsSnapshot, FsState, HandleState, InodeState};
 use super::table::RestoredInode;
-use super::{Config, Error, PassthroughFs};
+use super::{Config, Error, PassthroughFs, SharedDir};
 use crate::filesystem::ROOT_ID;
 use crate::sys;
 
@@ -90,8 +90,14 @@ impl PassthroughFs {
     /// `state` and `fds` are untrusted: every entry is checked against its
     /// descriptor, and every descriptor must be used exactly once. The FUSE
     /// session is restored by the server, not here.
-    pub fn restore(cfg: Config, state: &FsState, fds: Vec<OwnedFd>) -> Result<Self, Error> {
-        let fs = Self::new(cfg)?;
+    /// `dir`: the shared directory, opened by [`SharedDir::open`].
+    pub fn restore(
+        cfg: Config,
+        dir: SharedDir,
+        state: &FsState,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Self, Error> {
+        let fs = Self::at(cfg, dir);
         if (state.root_dev, state.root_ino) != fs.inodes.root().key {
             return Err(bad("the shared directory is not the saved one".into()));
         }

@@ -1,0 +1,137 @@
+//! A live upgrade's successor, before it adopts the running daemon's state:
+//! everything that needs a host path or takes milliseconds (cgroups, the
+//! shared directory, the metrics file, the sandbox, capabilities, seccomp)
+//! is done before it says HELLO, because from HELLO until it confirms the
+//! predecessor's queues are stopped and the guest waits.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use log::warn;
+use xvfs_fs::passthrough::SharedDir;
+
+use crate::checkpoint::HolderLink;
+use crate::cli::Opt;
+use crate::daemon::{
+    canonical_shared_dir, caps_mask, confine, open_metrics, own_settings, Daemon, Own, SetupError,
+};
+use crate::metrics_file::MetricsWriter;
+use crate::queue::measure_wake_cost;
+use crate::service_manager::Notifier;
+use crate::settings::config_state;
+use crate::{control, logger, sys, upgrade};
+
+/// What a live upgrade's successor opens and enters before it asks for the
+/// state, so that the predecessor's pause covers only the transfer and the
+/// restore.
+pub struct Prepared {
+    /// The shared directory (and `/proc/self/fd`).
+    pub dir: SharedDir,
+    /// The open-file limit, raised.
+    pub limit: u64,
+    /// The sandbox's `/proc/self/fd` (namespace sandbox).
+    pub proc_fd: Option<OwnedFd>,
+    /// `--metrics-file`, opened.
+    pub metrics: Option<MetricsWriter>,
+    /// The service manager's socket, connected.
+    pub notifier: Option<Notifier>,
+    /// `/dev/null`, to let go of the upgrade command's pipe.
+    pub dev_null: Option<OwnedFd>,
+}
+
+impl Daemon {
+    /// A successor: ask the daemon behind `control_path` for its state and
+    /// adopt it.
+    /// Its security settings come from `opt` and must equal the running
+    /// daemon's (see [`crate::trust`]).
+    pub fn take_over(
+        control_path: &Path,
+        opt: &Opt,
+        link: Option<HolderLink>,
+    ) -> Result<Daemon, SetupError> {
+        let result = take_over(control_path, opt, link);
+        // Lines kept back while no log descriptor was known (an error
+        // before the handover): to standard error now.
+        logger::release();
+        result
+    }
+}
+
+fn take_over(
+    control_path: &Path,
+    opt: &Opt,
+    link: Option<HolderLink>,
+) -> Result<Daemon, SetupError> {
+    let wake_cost = measure_wake_cost(200);
+    // One connection for status, one for the handover (the control socket
+    // serves one command per connection); each peer is checked before
+    // anything is sent to it. Both are opened before the sandbox hides
+    // the control socket's path.
+    let joined = join_cgroups_early(upgrade::connect(control_path)?);
+    let peer = upgrade::connect(control_path)?;
+    let shared_dir = canonical_shared_dir(opt)?;
+    let prepared = prepare(opt, &shared_dir)?;
+    let mut inc = upgrade::receive(peer, control_path)?;
+    own_settings(opt, &shared_dir, &mut inc)?;
+    let own = Own {
+        caps: caps_mask(opt)?,
+        max_open: opt.max_open,
+        joined,
+        prepared: Some(prepared),
+    };
+    Daemon::adopt(inc, wake_cost, own, link, false)
+}
+
+/// Opens what the successor needs from host paths and enters its sandbox,
+/// all from its own command line (which must agree with the state it is
+/// then sent). Its log lines wait for the predecessor's log descriptor.
+fn prepare(opt: &Opt, shared_dir: &Path) -> Result<Prepared, SetupError> {
+    logger::hold();
+    if opt.syslog {
+        if let Err(e) = logger::use_syslog() {
+            warn!(
+                "--syslog: no system logger at {}: {e}; logging to standard error",
+                logger::SYSLOG_SOCKET
+            );
+        }
+    }
+    let cfg = config_state(opt, shared_dir);
+    let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
+    let dir = SharedDir::open(shared_dir).map_err(SetupError::Fs)?;
+    let notifier = Notifier::from_env();
+    let metrics = open_metrics(&cfg)?;
+    let dev_null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .ok()
+        .map(OwnedFd::from);
+    let proc_fd = confine(&cfg, caps_mask(opt)?)?;
+    Ok(Prepared {
+        dir,
+        limit,
+        proc_fd,
+        metrics,
+        notifier,
+        dev_null,
+    })
+}
+
+/// Moves into the cgroups of the daemon on `peer` (a checked control
+/// connection) if it holds the vhost-user connection its status names
+/// (a cgroup migration can take milliseconds).
+/// Returns that daemon's pid (its state must name the same one).
+fn join_cgroups_early(peer: UnixStream) -> Option<u32> {
+    let status = control::query_status_on(peer).ok()?;
+    let s: control::StatusSummary = serde_json::from_str(status.trim()).ok()?;
+    let pid = if s.serving_pid > 0 {
+        s.serving_pid
+    } else {
+        s.pid
+    };
+    if !crate::cgroup::holds_socket(pid as i32, &s.connection) {
+        return None;
+    }
+    crate::cgroup::join_cgroups_of(pid as i32);
+    Some(pid)
+}
