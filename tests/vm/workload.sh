@@ -140,17 +140,25 @@ PY
 }
 
 # workload_attributed_pause SHARE DAEMON_LOG MARK N WHAT FILE: the guest-visible
-# pause of each of the N handovers in DAEMON_LOG: the gap of the steady stream
-# that spans the daemon's own pause ("handing over" to "handover complete",
-# host clock), found through MARK ("MARK stop-ms cont-ms": the host stopped the
-# serving process for a moment, host clock; the longest gap of the stream
-# ends when it resumed, which gives the guest clock's offset). Printed and
-# written to FILE.
+# pause of each of the N handovers in DAEMON_LOG, found through MARK ("MARK
+# stop-ms cont-ms": the host stopped the serving process for a moment, host
+# clock; the longest gap of the stream ends when it resumed, which gives the
+# guest clock's offset), measured two ways around the daemon's own pause
+# ("handing over" to "handover complete", host clock):
+# - the gap of the steady stream that spans it (at least one period of the
+#   stream, 5 ms, even for a pause of zero; two when a completion falls
+#   inside the clock offset's uncertainty);
+# - the latency of the slowest stream request in flight during it (issued
+#   before it ended, completed after it began, 2 ms of slack each side for
+#   the clocks): how long the guest waited for an answer; set against the
+#   stream's median latency.
+# Printed and written to FILE.
 workload_attributed_pause() {
     python3 - "$1/tick_lat.log" "$2" "$3" "$4" "$5" "$6" <<'PY'
 import datetime, statistics, sys
 tick, log, mark, n, what, out = sys.argv[1:7]
-times = sorted(int(l.split(",")[0]) for l in open(tick) if l.strip())
+reqs = sorted((int(l.split(",")[0]), int(l.split(",")[1]) / 1e6) for l in open(tick) if l.strip())
+times = [t for t, _ in reqs]
 _, stop, cont = open(mark).read().split()[:3]
 gaps = list(zip(times, times[1:]))
 a, b = max(gaps, key=lambda g: g[1] - g[0])
@@ -158,25 +166,32 @@ offset = int(cont) - b  # host ms = guest ms + offset
 def ms(line):
     t = datetime.datetime.strptime(line[1:24], "%Y-%m-%dT%H:%M:%S.%f")
     return int(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
-spans, start = [], None
+spans, own, start = [], [], None
 for line in open(log, errors="replace"):
     if "upgrade: handing over to" in line:
         start = ms(line)
     elif "upgrade: handover complete in" in line and start is not None:
         spans.append((start, ms(line)))
+        own.append(int(line.split("handover complete in ")[1].split()[0]) / 1000)
         start = None
     elif "upgrade failed" in line:
         start = None
-pauses = []
+pauses, waits = [], []
 for s, e in spans[: int(n)]:
     before = [t for t in times if t <= s - offset]
     after = [t for t in times if t >= e - offset]
     if before and after:
         pauses.append(after[0] - before[-1])
+    lo, hi = s - offset - 2, e - offset + 2
+    waits.append(round(max([lat for t, lat in reqs if t >= lo and t - lat <= hi], default=0), 1))
+med = lambda v: statistics.median(v) if v else "n/a"
 line = (f"guest-visible pause per {what} (the stream's gap spanning each daemon-side pause, "
         f"{len(pauses)} of {n}; marker gap {b - a} ms for a {int(cont) - int(stop)} ms stop): "
-        f"median {statistics.median(pauses) if pauses else 'n/a'} ms, "
-        f"max {max(pauses) if pauses else 'n/a'} ms; each: {pauses}")
+        f"median {med(pauses)} ms, max {max(pauses, default='n/a')} ms; each: {pauses}; "
+        f"slowest request in flight: median {med(waits)} ms, max {max(waits, default='n/a')} ms "
+        f"(stream's median latency {round(statistics.median(l for _, l in reqs), 1)} ms); "
+        f"each: {waits}; daemon side (queues stopped to running): median {med(own)} ms, "
+        f"max {max(own, default='n/a')} ms")
 print(line)
 open(out, "w").write(line + "\n")
 PY
