@@ -20,9 +20,9 @@ pub const MAGIC: &[u8; 8] = b"XVFSSTAT";
 /// The format this build writes and reads: one number for the whole blob
 /// (2: settings are named enums, no longer numeric codes; 3: the polling
 /// CPU budget, --syslog, --preserve-noatime; 4: the --migration-* settings).
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest format this build reads.
-pub const MIN_FORMAT_VERSION: u32 = 5;
+pub const MIN_FORMAT_VERSION: u32 = 6;
 pub const HEADER_LEN: usize = 20;
 /// Upper bound on a payload (64 MiB: millions of inodes).
 pub const MAX_PAYLOAD: usize = 64 << 20;

@@ -57,6 +57,10 @@ pub struct ConfigState {
     pub no_setid: bool,
     /// `--killpriv-v2` (format version 5).
     pub killpriv_v2: bool,
+    /// `--allow-mmap` (format version 6).
+    pub allow_mmap: bool,
+    /// `--announce-submounts` (format version 6).
+    pub announce_submounts: bool,
 }
 
 /// One guest memory region.
@@ -262,6 +266,8 @@ mod tests {
                 no_device_nodes: false,
                 no_setid: false,
                 killpriv_v2: false,
+                allow_mmap: false,
+                announce_submounts: false,
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

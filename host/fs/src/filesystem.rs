@@ -87,6 +87,9 @@ pub struct Entry {
     pub generation: u64,
     /// Attributes.
     pub attr: Stat,
+    /// A directory on another mount than its parent's, announced to the
+    /// guest (FUSE_ATTR_SUBMOUNT).
+    pub submount: bool,
 }
 
 /// An open file or directory.

@@ -167,6 +167,7 @@ impl Inner {
             inode: id,
             generation: 0,
             attr: self.stat(id)?,
+            submount: false,
         })
     }
 

@@ -79,6 +79,13 @@ pub fn statx(fd: BorrowedFd<'_>, sync: i32, mask: u32) -> io::Result<libc::statx
     Ok(unsafe { sx.assume_init() })
 }
 
+/// Which mount `fd` is on: mount id and device (`statx` STATX_MNT_ID).
+pub fn mount_of(fd: BorrowedFd<'_>) -> io::Result<(u64, u32, u32)> {
+    const STATX_MNT_ID: u32 = 0x1000;
+    let sx = statx(fd, libc::AT_STATX_SYNC_AS_STAT, STATX_MNT_ID)?;
+    Ok((sx.stx_mnt_id, sx.stx_dev_major, sx.stx_dev_minor))
+}
+
 /// `fstat` of whatever `fd` refers to, symlinks included (works on `O_PATH`).
 pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<Stat> {
     fstatat(fd, c"", libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)

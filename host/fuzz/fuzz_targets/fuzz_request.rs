@@ -56,6 +56,8 @@ fn server() -> &'static PassthroughServer {
             no_device_nodes: false,
             no_setid: false,
             killpriv_v2: false,
+            allow_mmap: false,
+            announce_submounts: false,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

@@ -285,12 +285,18 @@ pub struct Opt {
     #[arg(long, value_enum, value_name = "MODE")]
     pub inode_file_handles: Option<InodeFileHandles>,
 
-    /// Not supported (FUSE_ATTR_SUBMOUNT is not sent): refused.
-    #[arg(long, hide = true)]
+    /// Tell the guest about host mounts inside the shared directory: a
+    /// directory on another mount (or device) than its parent is marked
+    /// FUSE_ATTR_SUBMOUNT, and the guest mounts it as a submount with its
+    /// own device number, so that inode numbers of the two file systems do
+    /// not mix in one guest device (and `find -xdev`, `du -x` stop there).
+    /// Needs a guest that offers FUSE_SUBMOUNTS (Linux 5.10+).
+    #[arg(long, overrides_with = "no_announce_submounts")]
     pub announce_submounts: bool,
 
-    /// Do not announce submounts (the default).
-    #[arg(long)]
+    /// Do not announce submounts (the default): the whole share is one
+    /// device in the guest.
+    #[arg(long, overrides_with = "announce_submounts")]
     pub no_announce_submounts: bool,
 
     /// Offer FUSE_HANDLE_KILLPRIV_V2: the guest kernel stops clearing
@@ -306,8 +312,11 @@ pub struct Opt {
     #[arg(long, overrides_with = "killpriv_v2")]
     pub no_killpriv_v2: bool,
 
-    /// Not supported (FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated): refused.
-    #[arg(long, hide = true)]
+    /// Let the guest mmap files opened for direct I/O (with `--cache never`
+    /// or `metadata`, or a guest's O_DIRECT open), by offering
+    /// FUSE_DIRECT_IO_ALLOW_MMAP (guest Linux 6.6+). Without it, as in
+    /// virtiofsd, a shared mmap of such a file fails (ENODEV).
+    #[arg(long)]
     pub allow_mmap: bool,
 
     /// Refuse (EPERM) the guest's MKNOD of character and block devices, so
@@ -398,9 +407,10 @@ pub struct Opt {
     /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
     /// no_xattr, readdirplus, no_readdirplus, writeback, no_writeback, sandbox=…,
     /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, xattrmap=…,
-    /// killpriv_v2, no_killpriv_v2, and the defaults no_flock, no_posix_lock,
+    /// killpriv_v2, no_killpriv_v2, announce_submounts, and the defaults
+    /// no_flock, no_posix_lock,
     /// no_posix_acl, no_security_label. Keys for what is not supported (flock,
-    /// posix_lock, posix_acl, security_label, announce_submounts) are refused.
+    /// posix_lock, posix_acl, security_label) are refused.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
 
@@ -447,7 +457,6 @@ pub enum CliError {
 const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
 const NO_ACL: &str = "POSIX ACLs are not served";
 const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
-const NO_SUBMOUNTS: &str = "FUSE_ATTR_SUBMOUNT is not sent";
 
 fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
     CliError::Unsupported {
@@ -516,9 +525,7 @@ impl Opt {
                 ("killpriv_v2", None) => self.killpriv_v2 = true,
                 ("posix_acl", None) => return Err(unsupported("-o posix_acl", NO_ACL)),
                 ("security_label", None) => return Err(unsupported("-o security_label", NO_LABEL)),
-                ("announce_submounts", None) => {
-                    return Err(unsupported("-o announce_submounts", NO_SUBMOUNTS))
-                }
+                ("announce_submounts", None) => self.announce_submounts = true,
                 ("xattrmap", Some(v)) => self.xattrmap = Some(v.to_string()),
                 ("modcaps", Some(v)) => self.modcaps = Some(v.to_string()),
                 _ => return Err(CliError::BadCompat(item.clone())),
@@ -575,15 +582,13 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 7] = [
+        let refused: [(bool, &str, &'static str); 5] = [
             (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
                 "--inode-file-handles",
                 "inodes are held as O_PATH descriptors (only `never`)",
             ),
-            (self.announce_submounts, "--announce-submounts", NO_SUBMOUNTS),
-            (self.allow_mmap, "--allow-mmap", "FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated"),
             (
                 matches!(&self.security_label, Some(m) if m != "never"),
                 "--security-label",
@@ -701,8 +706,6 @@ mod tests {
             &["--tag", "fs"][..],
             &["--inode-file-handles=prefer"],
             &["--inode-file-handles=mandatory"],
-            &["--announce-submounts"],
-            &["--allow-mmap"],
             &["--security-label"],
             &["--translate-uid=guest:0:100000:65536"],
             &[
@@ -713,7 +716,6 @@ mod tests {
             &["-o", "flock"],
             &["-o", "posix_lock"],
             &["-o", "posix_acl"],
-            &["-o", "announce_submounts"],
         ] {
             let args: Vec<&str> = base.iter().chain(extra).copied().collect();
             let err = parse(&args).unwrap_err();
@@ -722,6 +724,9 @@ mod tests {
         for extra in [
             &["--inode-file-handles=never"][..],
             &["--no-announce-submounts"],
+            &["--announce-submounts"],
+            &["-o", "announce_submounts"],
+            &["--allow-mmap"],
             &["--no-killpriv-v2"],
             &["--killpriv-v2"],
             &["-o", "killpriv_v2"],

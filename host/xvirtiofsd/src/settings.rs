@@ -50,6 +50,8 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         no_device_nodes: opt.no_device_nodes,
         no_setid: opt.no_setid,
         killpriv_v2: opt.killpriv_v2,
+        allow_mmap: opt.allow_mmap,
+        announce_submounts: opt.announce_submounts,
     }
 }
 
@@ -91,6 +93,8 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
         no_device_nodes: c.no_device_nodes,
         no_setid: c.no_setid,
         killpriv_v2: c.killpriv_v2,
+        allow_mmap: c.allow_mmap,
+        announce_submounts: c.announce_submounts,
     })
 }
 

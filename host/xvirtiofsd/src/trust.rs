@@ -138,6 +138,8 @@ mod tests {
             no_device_nodes: false,
             no_setid: false,
             killpriv_v2: false,
+            allow_mmap: false,
+            announce_submounts: false,
         }
     }
 

@@ -159,6 +159,9 @@ wire_struct! {
     }
 }
 
+/// `fuse_attr.flags`: the directory is a submount (FUSE_SUBMOUNTS).
+pub const ATTR_SUBMOUNT: u32 = 1 << 0;
+
 wire_struct! {
     /// `struct fuse_kstatfs`.
     pub struct Kstatfs(80) {

@@ -59,6 +59,7 @@ pub const SERVER_INIT_FLAGS: u64 = {
         | CACHE_SYMLINKS
         | AUTO_INVAL_DATA
         | HANDLE_KILLPRIV_V2
+        | SUBMOUNTS
 };
 
 /// The FUSE server: `Send + Sync`, called concurrently by every queue worker.

@@ -103,7 +103,10 @@ impl<F: FileSystem> Req<'_, F> {
             attr_valid: t.as_secs(),
             entry_valid_nsec: t.subsec_nanos(),
             attr_valid_nsec: t.subsec_nanos(),
-            attr: attr(&e.attr),
+            attr: abi::Attr {
+                flags: if e.submount { abi::ATTR_SUBMOUNT } else { 0 },
+                ..attr(&e.attr)
+            },
         }
     }
 

@@ -70,6 +70,14 @@ pub struct Config {
     /// open(O_TRUNC) instead of doing it with SETATTR itself, and the host
     /// kernel does it, the daemon's CAP_FSETID dropped for that call.
     pub killpriv_v2: bool,
+    /// `--allow-mmap`: offer FUSE_DIRECT_IO_ALLOW_MMAP, so that the guest
+    /// can mmap files opened for direct I/O (`--cache never|metadata`).
+    pub allow_mmap: bool,
+    /// `--announce-submounts`: a directory on another host mount than its
+    /// parent is marked FUSE_ATTR_SUBMOUNT, and the guest mounts it as a
+    /// submount of its own (own device number), if the guest offers
+    /// FUSE_SUBMOUNTS.
+    pub announce_submounts: bool,
 }
 
 impl Default for Config {
@@ -88,6 +96,8 @@ impl Default for Config {
             no_device_nodes: false,
             no_setid: false,
             killpriv_v2: false,
+            allow_mmap: false,
+            announce_submounts: false,
         }
     }
 }

@@ -216,9 +216,18 @@ impl PassthroughFs {
         if cfg.killpriv_v2 {
             f |= HANDLE_KILLPRIV_V2;
         }
+        if cfg.allow_mmap {
+            f |= DIRECT_IO_ALLOW_MMAP;
+        }
+        // Not an answer the guest acts on (it offers SUBMOUNTS to say it
+        // can make them), but kept in the session's flags so that an
+        // upgrade or restart goes on announcing them.
+        if cfg.announce_submounts {
+            f |= SUBMOUNTS;
+        }
         match cfg.cache {
-            CachePolicy::Never => f |= DIRECT_IO_ALLOW_MMAP,
-            CachePolicy::Metadata => f |= DIRECT_IO_ALLOW_MMAP | CACHE_SYMLINKS,
+            CachePolicy::Never => {}
+            CachePolicy::Metadata => f |= CACHE_SYMLINKS,
             CachePolicy::Auto => f |= AUTO_INVAL_DATA | CACHE_SYMLINKS,
             CachePolicy::Always => f |= CACHE_SYMLINKS,
         }
@@ -318,7 +327,13 @@ impl PassthroughFs {
 
     fn do_lookup(&self, parent: &Inode, name: &CStr) -> io::Result<Entry> {
         let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        self.insert_fd(fd, Some((parent.id, name.to_bytes())))
+        // (Not `..`: the parent of a submount's root is no submount.)
+        let submount = self.negotiated(init_flags::SUBMOUNTS)
+            && !matches!(name.to_bytes(), b"." | b"..")
+            && sys::mount_of(fd.as_fd())? != sys::mount_of(parent.fd())?;
+        let mut e = self.insert_fd(fd, Some((parent.id, name.to_bytes())))?;
+        e.submount = submount && e.attr.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        Ok(e)
     }
 
     /// Registers the `O_PATH` descriptor `fd` (one lookup), reached through
@@ -339,6 +354,7 @@ impl PassthroughFs {
             inode: inode.id,
             generation: inode.generation,
             attr: st,
+            submount: false,
         })
     }
 

@@ -109,6 +109,8 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         no_device_nodes: false,
         no_setid: false,
         killpriv_v2: false,
+        allow_mmap: false,
+        announce_submounts: false,
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -500,6 +502,8 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         no_device_nodes: false,
         no_setid: false,
         killpriv_v2: false,
+        allow_mmap: false,
+        announce_submounts: false,
     }
 }
 
