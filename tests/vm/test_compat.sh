@@ -8,6 +8,14 @@
 # engine (MAP_SHARED) writes and verifies a file opened for direct I/O.
 # Boot 2, --cache never and the defaults: the tmpfs is part of the share's
 # one device, and the shared mmap fails (ENODEV), as with virtiofsd.
+# Boot 3, as root with --uid-map/--gid-map :0:100000:65536: (what libvirt's
+# <idmap> passes; test_libvirt.sh does it through libvirt): the guest root's
+# files belong to host uid 100000, a host root file is nobody's, and a live
+# upgrade is refused with a reason while the daemon serves on.
+# Boot 4, unprivileged (a system user, xvfs-idmap, with /etc/subuid and
+# /etc/subgid ranges, created here if missing), started as libvirt's session
+# mode starts it (--fd, maps through newuidmap): its own uid is the guest's
+# root, its subordinate range the guest's other IDs.
 set -euo pipefail
 
 # shellcheck source=tests/vm/lib.sh
@@ -84,5 +92,84 @@ assert_eq "$(field dev-root "$out")" "$(field dev-sub "$out")" "defaults: the ho
 assert_ok "defaults: fio's mmap engine fails on a direct-I/O file (rc $(field mmap-rc "$out"))" \
     test "$(field mmap-rc "$out")" != 0
 assert_eq 19 "$(field mmap-errno "$out")" "defaults: a shared mapping of a direct-I/O file fails with ENODEV, as with virtiofsd"
+
+# ---- ID-mapped user namespace, as root -------------------------------------
+IDM=$VMT_DIR/idmap
+mkdir -p "$IDM"
+chown 100000:100000 "$IDM"
+echo 'root of the host' >"$IDM/host-root.txt"
+CTL=$VMT_DIR/idmap-ctl.sock
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+ID_SCRIPT='
+S=/mnt/shared
+echo made >$S/by-root && mkdir $S/d && chown 1000:1000 $S/d && echo created=yes
+echo host-root-owner=$(stat -c %u:%g $S/host-root.txt)
+echo host-root-write=$(echo x 2>/dev/null >>$S/host-root.txt && echo yes || echo no)
+touch $S/ready
+i=0; while [ ! -e $S/upgrade-tried ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+echo after-upgrade=$(cat $S/by-root)
+'
+idmap_host_side() {
+    local rc=0 pid
+    for _ in $(seq 1 600); do [ -e "$IDM/ready" ] && break; sleep 0.1; done
+    pid=$(vmt_status "$CTL" pid)
+    mapfile -t args < <(vmt_successor_args "$pid")
+    "$DAEMON" upgrade --control "$CTL" -- "${args[@]}" >"$VMT_DIR/idmap-upgrade.log" 2>&1 || rc=$?
+    echo "CHECK upgrade-refused 1 $rc"
+    echo "CHECK upgrade-refusal-says-why 1 $(grep -c "live upgrade is not supported" "$VMT_DIR/idmap-upgrade.log")"
+    echo "CHECK same-daemon-after $pid $(vmt_status "$CTL" pid)"
+    touch "$IDM/upgrade-tried"
+}
+idmap_host_side >"$VMT_DIR/idmap-host.txt" 2>&1 &
+HOST=$!
+rc=0
+DAEMON_ARGS="--uid-map=:0:100000:65536: --gid-map=:0:100000:65536: --control $CTL" \
+    vmt_guest "$IDM" "$ID_SCRIPT" "$VMT_DIR/idmap.out" || rc=$?
+touch "$IDM/upgrade-tried"
+wait "$HOST" || true
+out=$VMT_DIR/idmap.out
+assert_eq 0 "$rc" "--uid-map as root: guest script exit status"
+assert_eq yes "$(field created "$out")" "--uid-map as root: the guest creates a file and chowns a directory"
+assert_eq 100000:100000 "$(stat -c %u:%g "$IDM/by-root")" "--uid-map as root: the guest root's file is host uid/gid 100000"
+assert_eq 101000:101000 "$(stat -c %u:%g "$IDM/d")" "--uid-map as root: guest 1000 is host 101000"
+assert_eq 65534:65534 "$(field host-root-owner "$out")" "--uid-map as root: a host root file is nobody's in the guest"
+assert_eq no "$(field host-root-write "$out")" "--uid-map as root: the guest's root cannot write it"
+vmt_checks "$VMT_DIR/idmap-host.txt" "--uid-map as root: "
+assert_eq made "$(field after-upgrade "$out")" "--uid-map as root: the daemon serves on after the refused upgrade"
+
+# ---- unprivileged, with subordinate IDs (libvirt's session mode) ------------
+if ! id xvfs-idmap >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin xvfs-idmap
+fi
+for f in /etc/subuid /etc/subgid; do
+    grep -q '^xvfs-idmap:' "$f" 2>/dev/null || echo 'xvfs-idmap:300000:65536' >>"$f"
+done
+SUB=$(sed -n 's/^xvfs-idmap:\([0-9]*\):.*/\1/p' /etc/subuid | head -n 1)
+SUBG=$(sed -n 's/^xvfs-idmap:\([0-9]*\):.*/\1/p' /etc/subgid | head -n 1)
+U=$(id -u xvfs-idmap)
+G=$(id -g xvfs-idmap)
+UNP=$VMT_DIR/unpriv
+mkdir -p "$UNP"
+chown "$U:$G" "$UNP"
+printf '#!/bin/sh\nexec setpriv --reuid=%s --regid=%s --clear-groups -- "%s" "$@"\n' \
+    "$U" "$G" "$DAEMON" >"$VMT_DIR/as-xvfs-idmap"
+chmod 755 "$VMT_DIR/as-xvfs-idmap"
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+UNP_SCRIPT='
+S=/mnt/shared
+echo made >$S/by-root && mkdir $S/d && chown 1000:1000 $S/d && echo created=yes
+'
+rc=0
+DAEMON=$XVFS_ROOT/tests/vm/fd-launcher.py XVFS_REAL_DAEMON=$VMT_DIR/as-xvfs-idmap \
+    DAEMON_ARGS="--no-control --uid-map=:0:$U:1: --uid-map=:1:$SUB:65536: --gid-map=:0:$G:1: --gid-map=:1:$SUBG:65536:" \
+    vmt_guest "$UNP" "$UNP_SCRIPT" "$VMT_DIR/unpriv.out" || rc=$?
+out=$VMT_DIR/unpriv.out
+assert_eq 0 "$rc" "unprivileged with subordinate IDs: guest script exit status"
+assert_eq yes "$(field created "$out")" "unprivileged: the guest creates a file and chowns a directory"
+assert_eq "$U:$G" "$(stat -c %u:%g "$UNP/by-root")" "unprivileged: the guest root's file is the daemon user's ($U:$G)"
+assert_eq "$((SUB + 999)):$((SUBG + 999))" "$(stat -c %u:%g "$UNP/d")" \
+    "unprivileged: guest 1000 is the 1000th subordinate ID"
+assert_ok "unprivileged: the daemon ran as uid $U, in a user namespace of its own" \
+    grep -q "user namespace: uid :0:$U:1: :1:$SUB:65536:" "$VMT_DIR/run/daemon.log"
 
 vmt_summary

@@ -26,6 +26,7 @@ VM_LOCK=/tmp/xvfs-vm.lock
 DOM=xvfs-test-$$
 TAG_M=xvfsm
 TAG_S=xvfss
+TAG_I=xvfsi
 EXT_PID=
 MANAGED_PIDS=()
 LOCK_FD=
@@ -271,6 +272,45 @@ wait "$EXT_PID" 2>/dev/null || EXT_RC=$?
 assert_eq 0 "$EXT_RC" "external daemon exit status"
 EXT_PID=
 assert_eq 1 "$(virsh_ dumpxml "$DOM" | grep -c '<filesystem')" "libvirt lists one filesystem"
+
+# ---- 8b. an ID-mapped share (<idmap>): libvirt passes --uid-map/--gid-map --
+# The daemon runs in a user namespace where 0..65535 are host 100000..165535:
+# what the guest creates as root belongs to host uid 100000, a host file of
+# root's is nobody's in the guest. (The automount helper is stopped: the
+# guest mounts this one itself.)
+SHARE_I=$VMT_DIR/share-idmap
+mkdir -p "$SHARE_I"
+chown 100000:100000 "$SHARE_I"
+echo 'root of the host' >"$SHARE_I/host-root.txt"
+"$XVFS_ROOT/vmm-config/xvfs-libvirt-xml" fs-managed "$TAG_I" "$SHARE_I" \
+    --binary "$DAEMON" --idmap 0:100000:65536 >"$XML/fs-idmap.xml"
+assert_ok "virsh attach-device (managed, <idmap> 0 -> 100000, 65536 IDs) --live" \
+    virsh_ attach-device "$DOM" "$XML/fs-idmap.xml" --live
+PID_I=$(managed_pid "$TAG_I")
+[ -z "$PID_I" ] || MANAGED_PIDS+=("$PID_I")
+assert_ok "libvirt started xvirtiofsd for $TAG_I (pid ${PID_I:-none})" alive "$PID_I"
+if [ -n "$PID_I" ]; then
+    CMDLINE_I=$(tr '\0' ' ' <"/proc/$PID_I/cmdline")
+    assert_ok "libvirt passed --uid-map=:0:100000:65536: and --gid-map=:0:100000:65536:" \
+        grep -qE -- "--uid-map=:0:100000:65536: .*--gid-map=:0:100000:65536:" <<<"$CMDLINE_I"
+fi
+rc=0
+guest "i=0; until grep -qx $TAG_I /sys/fs/virtiofs/*/tag; do [ \$i -lt 150 ] || exit 1; sleep 0.2; i=\$((i+1)); done
+mkdir -p /mnt/$TAG_I && mount -t virtiofs $TAG_I /mnt/$TAG_I || exit 1
+echo made >/mnt/$TAG_I/by-root && mkdir /mnt/$TAG_I/d && chown 1000:1000 /mnt/$TAG_I/d || exit 1
+echo host-root-owner=\$(stat -c %u:%g /mnt/$TAG_I/host-root.txt)
+echo host-root-write=\$(echo x 2>/dev/null >>/mnt/$TAG_I/host-root.txt && echo yes || echo no)
+sync; umount /mnt/$TAG_I" || rc=$?
+assert_eq 0 "$rc" "guest mounts /mnt/$TAG_I, creates a file as root and chowns a directory to 1000"
+assert_eq 100000:100000 "$(stat -c %u:%g "$SHARE_I/by-root" 2>/dev/null)" \
+    "<idmap>: the guest root's file is owned by host uid/gid 100000"
+assert_eq 101000:101000 "$(stat -c %u:%g "$SHARE_I/d" 2>/dev/null)" \
+    "<idmap>: guest uid/gid 1000 is host 101000"
+assert_ok "<idmap>: a host root file is nobody's (65534) in the guest" \
+    grep -qx "host-root-owner=65534:65534" "$AGENT_OUT"
+assert_ok "<idmap>: and the guest's root cannot write it" grep -qx "host-root-write=no" "$AGENT_OUT"
+assert_ok "virsh detach-device (ID-mapped)" virsh_ detach-device "$DOM" "$XML/fs-idmap.xml" --live
+assert_ok "ID-mapped daemon (pid ${PID_I:-none}) exited after the detach" wait_gone "$PID_I" 30
 
 # ---- 9. detach the managed share, then virsh shutdown ----------------------
 # The agent runs from /tmp, so it can unmount its own share; it reports on the

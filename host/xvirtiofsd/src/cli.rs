@@ -1,6 +1,7 @@
 //! Command line: a drop-in for virtiofsd's common use, as libvirt, QEMU users and
 //! scripts spell it (`--socket-path`, `--fd`, `--shared-dir`, `-o source=…`, …).
 
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
@@ -414,14 +415,29 @@ pub struct Opt {
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
 
-    /// ID-mapped shares (`<idmap>` in libvirt): not supported; refused with a
-    /// clear message rather than serving files with wrong owners.
-    #[arg(long, value_name = "MAP", hide = true)]
-    pub uid_map: Option<String>,
+    /// Run in a user namespace whose UIDs map to host UIDs, given as
+    /// :INSIDE:OUTSIDE:COUNT: (INSIDE .. INSIDE+COUNT in the namespace are
+    /// OUTSIDE .. OUTSIDE+COUNT on the host); repeat for more ranges. What
+    /// the guest creates as uid 0 is then owned on the host by the uid 0
+    /// maps to, and host files of unmapped UIDs belong to nobody (65534) in
+    /// the guest. libvirt's `<idmap>` passes these. The kernel does the
+    /// mapping (as opposed to --translate-uid); needs --sandbox namespace.
+    /// As root the daemon writes the maps itself (unlike virtiofsd, which
+    /// refuses them as root); unprivileged, ranges beyond its own uid need
+    /// newuidmap (package uidmap) and /etc/subuid. An unprivileged daemon
+    /// without maps maps its own uid and gid. In a user namespace the
+    /// daemon cannot be live-upgraded and --crash-restart is refused.
+    #[arg(long, value_name = "MAP", action = clap::ArgAction::Append)]
+    pub uid_map: Vec<String>,
 
-    /// See --uid-map.
-    #[arg(long, value_name = "MAP", hide = true)]
-    pub gid_map: Option<String>,
+    /// As --uid-map, for GIDs (newgidmap and /etc/subgid when unprivileged).
+    #[arg(long, value_name = "MAP", action = clap::ArgAction::Append)]
+    pub gid_map: Vec<String>,
+
+    /// The control socket, bound before the daemon entered its user
+    /// namespace (set by main, never on the command line).
+    #[arg(skip)]
+    pub control_fd: Option<RawFd>,
 
     /// Deprecated: same as --log-level debug.
     #[arg(short = 'd', hide = true)]
@@ -444,8 +460,14 @@ pub enum CliError {
     BadCompat(String),
     #[error("--posix-acl={0} is not supported (only never)")]
     PosixAcl(String),
-    #[error("ID-mapped shares (--uid-map/--gid-map, libvirt <idmap>) are not supported")]
-    IdMap,
+    #[error("--uid-map/--gid-map: {0}")]
+    IdMap(#[from] crate::idmap::IdMapError),
+    #[error("--uid-map/--gid-map need --sandbox namespace (a user namespace does the mapping)")]
+    IdMapSandbox,
+    #[error(
+        "--crash-restart is not supported in a user namespace (--uid-map/--gid-map, or not root)"
+    )]
+    IdMapCrashRestart,
     #[error("{option} is not supported: {why}")]
     Unsupported { option: String, why: &'static str },
     #[error("{0}")]
@@ -537,8 +559,16 @@ impl Opt {
         if self.debug {
             self.log_level = LogLevel::Debug;
         }
-        if self.uid_map.is_some() || self.gid_map.is_some() {
-            return Err(CliError::IdMap);
+        if !self.uid_map.is_empty() || !self.gid_map.is_empty() {
+            crate::idmap::parse(&self.uid_map)?;
+            crate::idmap::parse(&self.gid_map)?;
+            if self.sandbox != SandboxMode::Namespace {
+                return Err(CliError::IdMapSandbox);
+            }
+        }
+        if self.crash_restart && self.sandbox == SandboxMode::Namespace && self.id_maps().is_some()
+        {
+            return Err(CliError::IdMapCrashRestart);
         }
         if let Some(acl) = &self.posix_acl {
             if acl != "never" {
@@ -578,6 +608,17 @@ impl Opt {
 }
 
 impl Opt {
+    /// The user namespace the daemon runs in (`--sandbox namespace` only):
+    /// see [`crate::idmap::IdMaps::plan`]. Call after [`Opt::resolve`].
+    pub fn id_maps(&self) -> Option<crate::idmap::IdMaps> {
+        if self.sandbox != SandboxMode::Namespace {
+            return None;
+        }
+        let uid = crate::idmap::parse(&self.uid_map).unwrap_or_default();
+        let gid = crate::idmap::parse(&self.gid_map).unwrap_or_default();
+        crate::idmap::IdMaps::plan(uid, gid)
+    }
+
     /// Every virtiofsd option this daemon cannot honour is refused, never
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
@@ -689,14 +730,29 @@ mod tests {
             .contains("socket"));
         assert!(parse(&["--fd", "3", "--socket-path", "/x", "--shared-dir", "/srv"]).is_err());
         assert!(parse(&["--shared-dir", "/srv", "--fd", "3", "--queues", "17"]).is_err());
-        assert!(parse(&[
-            "--fd=3",
-            "--shared-dir",
-            "/srv",
-            "--uid-map=:0:100000:65535:"
-        ])
-        .unwrap_err()
-        .contains("ID-mapped"));
+    }
+
+    #[test]
+    fn id_maps_as_libvirt_passes_them() {
+        let base = ["--fd=3", "--shared-dir", "/srv"];
+        let with = |extra: &[&str]| {
+            let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            parse(&args)
+        };
+        with(&["--uid-map=:0:100000:65536:", "--gid-map=:0:100000:65536:"]).unwrap();
+        with(&["--uid-map=:0:1000:1:", "--uid-map=:1:100000:65536:"]).unwrap();
+        assert!(with(&["--uid-map=0:100000:65536"])
+            .unwrap_err()
+            .contains(":INSIDE:OUTSIDE:COUNT:"));
+        assert!(with(&["--gid-map=:0:1:5:", "--gid-map=:3:100:5:"])
+            .unwrap_err()
+            .contains("overlap"));
+        assert!(with(&["--uid-map=:0:100000:65536:", "--sandbox", "none"])
+            .unwrap_err()
+            .contains("--sandbox namespace"));
+        assert!(with(&["--uid-map=:0:100000:65536:", "--crash-restart"])
+            .unwrap_err()
+            .contains("--crash-restart"));
     }
 
     #[test]

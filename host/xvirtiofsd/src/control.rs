@@ -88,6 +88,9 @@ pub struct StatusReply {
     pub queues: Vec<QueueReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crash_restart: Option<CrashReport>,
+    /// The daemon runs in a user namespace of its own (`--uid-map`, or not
+    /// root): it cannot be live-upgraded.
+    pub user_namespace: bool,
 }
 
 /// The part of a `status` reply the command-line client reads back.
@@ -98,6 +101,8 @@ pub struct StatusSummary {
     pub serving_pid: u32,
     #[serde(default)]
     pub connection: String,
+    #[serde(default)]
+    pub user_namespace: bool,
 }
 
 impl StatusInfo {
@@ -122,6 +127,7 @@ impl StatusInfo {
                     last_crash: last.map(|l| l.1),
                 }
             }),
+            user_namespace: crate::idmap::in_user_namespace(),
         }
     }
 
@@ -221,6 +227,13 @@ fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &Owne
         "status" => {
             let _ = s.write_all(info.json().as_bytes());
             let _ = s.write_all(b"\n");
+        }
+        "handover" if crate::idmap::in_user_namespace() => {
+            warn!("control: handover refused: this daemon runs in a user namespace");
+            let _ = s.write_all(
+                b"error: a daemon in a user namespace (--uid-map/--gid-map, or not root) \
+                  cannot be live-upgraded\n",
+            );
         }
         "handover" => {
             match sys::peer_trusted(s.as_fd()) {

@@ -4,7 +4,7 @@
 //! Nothing here exits the process: the caller maps the result to an exit
 //! status.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -723,11 +723,35 @@ fn restore_fs(
     Ok(fs)
 }
 
+/// A daemon about to enter a user namespace (`--uid-map`, or not root)
+/// binds its vhost-user socket (unless given `--fd`) and control socket
+/// first; [`Daemon::fresh`] then takes them from `opt`.
+pub fn bind_before_user_namespace(opt: &mut Opt) -> Result<(), SetupError> {
+    if opt.handover_from.is_some() || opt.holder_socket.is_some() {
+        return Ok(());
+    }
+    if opt.fd.is_none() {
+        opt.fd = Some(listen(opt)?.into_raw_fd());
+    }
+    let (control, path) = bind_control(opt);
+    opt.control_fd = control.map(IntoRawFd::into_raw_fd);
+    opt.control = path;
+    Ok(())
+}
+
 /// The control socket, unless disabled; a failure to bind only loses
 /// `status` and live upgrade.
 fn bind_control(opt: &Opt) -> (Option<UnixListener>, Option<PathBuf>) {
     if opt.no_control {
         return (None, None);
+    }
+    if let (Some(fd), Some(path)) = (opt.control_fd, &opt.control) {
+        // SAFETY: bound by `bind_before_user_namespace` in this process and
+        // owned by nothing else.
+        return (
+            Some(unsafe { UnixListener::from_raw_fd(fd) }),
+            Some(path.clone()),
+        );
     }
     let path = opt
         .control

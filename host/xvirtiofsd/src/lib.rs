@@ -15,6 +15,7 @@ pub mod control;
 pub mod daemon;
 pub mod dirty_log;
 pub mod holder;
+pub mod idmap;
 pub mod logger;
 pub mod mem;
 pub mod metrics;

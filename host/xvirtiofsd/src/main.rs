@@ -20,7 +20,7 @@ use log::error;
 use xvirtiofsd::checkpoint::HolderLink;
 use xvirtiofsd::cli::{self, Opt};
 use xvirtiofsd::control;
-use xvirtiofsd::daemon::{Daemon, ServeError};
+use xvirtiofsd::daemon::{self, Daemon, ServeError};
 use xvirtiofsd::upgrade;
 use xvirtiofsd::{error_chain, holder, logger, sandbox, sys};
 
@@ -70,7 +70,16 @@ fn main() -> ExitCode {
         return run_holder(&opt);
     }
     if opt.sandbox == cli::SandboxMode::Namespace {
-        match sandbox::enter_pid_namespace() {
+        let maps = opt.id_maps();
+        if maps.is_some() {
+            // Inside the user namespace the daemon has no rights over host
+            // paths: its sockets are made now.
+            if let Err(e) = daemon::bind_before_user_namespace(&mut opt) {
+                error!("{}", error_chain(&e));
+                return ExitCode::from(EXIT_SETUP);
+            }
+        }
+        match sandbox::enter_pid_namespace(maps.as_ref()) {
             Ok(sandbox::Role::Supervisor(child)) => {
                 return ExitCode::from(u8::try_from(sandbox::supervise(child)).unwrap_or(1));
             }
@@ -199,6 +208,16 @@ fn upgrade_command(args: &[String]) -> ExitCode {
         },
     };
     let before = control::query_status(&path).ok();
+    let summary = before
+        .as_deref()
+        .and_then(|s| serde_json::from_str::<control::StatusSummary>(s.trim()).ok());
+    if summary.is_some_and(|s| s.user_namespace) {
+        eprintln!(
+            "xvirtiofsd upgrade: the daemon runs in a user namespace (--uid-map/--gid-map, or \
+             not root): live upgrade is not supported there; it keeps serving"
+        );
+        return ExitCode::from(EXIT_RUNTIME);
+    }
     match upgrade::run_client(
         &path,
         &binary,

@@ -5,6 +5,7 @@
 //! single-component lookups, no symlink following); the sandbox is the second
 //! wall, for bugs in the first.
 
+use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -19,6 +20,7 @@ use seccompiler::{
 };
 
 use crate::cli::{SandboxMode, SeccompAction};
+use crate::idmap::IdMaps;
 use crate::sys;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,8 @@ pub enum SandboxError {
     SeccompBuild,
     #[error("cannot enter a new PID namespace (try --sandbox chroot or none)")]
     PidNamespace(#[source] std::io::Error),
+    #[error("cannot set up the user namespace ({0})")]
+    IdMap(String, #[source] std::io::Error),
 }
 
 /// The pid the world knows the daemon by (the process that was started:
@@ -68,12 +72,42 @@ pub enum Role {
 /// started the daemon (libvirt, systemd, a shell) keeps the pid it knows.
 /// In the namespace the daemon's /proc (mounted by [`enter`]) shows no
 /// other process of the host.
-pub fn enter_pid_namespace() -> Result<Role, SandboxError> {
+///
+/// With `maps`, the child is also in a new user namespace, whose maps the
+/// parent (still in the host's) writes before the child goes on; the child
+/// then takes ID 0 inside if it is mapped (see [`IdMaps::inside_ids`]).
+pub fn enter_pid_namespace(maps: Option<&IdMaps>) -> Result<Role, SandboxError> {
     let started_as = std::process::id();
+    let (euid, egid) = (sys::effective_uid(), sys::effective_gid());
     let err = |e| SandboxError::PidNamespace(e);
-    match sys::fork_into_pid_namespace().map_err(err)? {
-        sys::Forked::Parent(child) => Ok(Role::Supervisor(child)),
+    let sync = maps.map(|_| sys::pipe()).transpose().map_err(err)?;
+    match sys::fork_into_namespaces(maps.is_some()).map_err(err)? {
+        sys::Forked::Parent(child) => {
+            if let (Some(m), Some((rd, wr))) = (maps, sync) {
+                drop(rd);
+                if let Err(e) = m.write_for(child) {
+                    sys::kill(child, libc::SIGKILL);
+                    let _ = sys::reap(child);
+                    return Err(SandboxError::IdMap(m.to_string(), e));
+                }
+                std::fs::File::from(wr).write_all(b"1").map_err(err)?;
+            }
+            Ok(Role::Supervisor(child))
+        }
         sys::Forked::Child => {
+            if let (Some(m), Some((rd, wr))) = (maps, sync) {
+                drop(wr);
+                let mut go = [0u8; 1];
+                // End of file: the parent could not write the maps (and
+                // says why); this child is being killed.
+                if std::fs::File::from(rd).read_exact(&mut go).is_err() {
+                    std::process::exit(1);
+                }
+                let (uid, gid) = m.inside_ids(euid, egid);
+                sys::set_ids(uid, gid).map_err(|e| SandboxError::IdMap(m.to_string(), e))?;
+                crate::idmap::set_in_user_namespace();
+                info!("user namespace: {m}; the daemon is uid {uid}, gid {gid} in it");
+            }
             sys::exit_on_forwarded_signals().map_err(err)?;
             let host = sys::host_pid().unwrap_or(started_as);
             let _ = PIDS.set((started_as, host));

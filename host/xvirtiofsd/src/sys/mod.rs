@@ -282,7 +282,7 @@ pub fn sandbox_namespace(root: &Path) -> io::Result<OwnedFd> {
             std::ptr::null(),
         )
     })?;
-    // A /proc of this process's own PID namespace (see `fork_into_pid_namespace`):
+    // A /proc of this process's own PID namespace (see `fork_into_namespaces`):
     // through it no other process of the host can be named. Its fd directory
     // is what the file system re-opens descriptors through; it stays open
     // after the old root (and this mount's path) are gone.
@@ -566,6 +566,29 @@ pub fn syslog(priority: libc::c_int, msg: &str) {
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no arguments and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// The effective group ID.
+pub fn effective_gid() -> u32 {
+    // SAFETY: getegid has no arguments and cannot fail.
+    unsafe { libc::getegid() }
+}
+
+/// `setresgid` then `setresuid`: all three IDs of each to `gid` and `uid`.
+pub fn set_ids(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresuid(uid, uid, uid) }).map(drop)
+}
+
+/// A pipe (close-on-exec): read end, write end.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both were just returned by pipe2 and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// `setgroups(0, NULL)`: no supplementary groups (every thread, by glibc).

@@ -6,7 +6,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use super::cvt;
 
-/// Who a process is after [`fork_into_pid_namespace`].
+/// Who a process is after [`fork_into_namespaces`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forked {
     /// The original process; the argument is the child's pid.
@@ -15,15 +15,29 @@ pub enum Forked {
     Child,
 }
 
-/// `unshare(CLONE_NEWPID)` then `fork()`: the child is process 1 of a new
-/// PID namespace and is killed (SIGKILL) if the parent dies. Call while the
+/// `clone()` as a fork into a new PID namespace, and a new user namespace
+/// first if `user` (the PID namespace is then the user namespace's, which
+/// lets the child mount its /proc): the child is process 1 of the PID
+/// namespace and is killed (SIGKILL) if the parent dies. Call while the
 /// process has a single thread.
-pub fn fork_into_pid_namespace() -> io::Result<Forked> {
-    // SAFETY: unshare takes flags only.
-    cvt(unsafe { libc::unshare(libc::CLONE_NEWPID) })?;
-    // SAFETY: the caller guarantees a single thread, so the child's copy of
-    // the process is consistent (no lock held by another thread).
-    let pid = unsafe { libc::fork() };
+pub fn fork_into_namespaces(user: bool) -> io::Result<Forked> {
+    let mut flags = libc::CLONE_NEWPID | libc::SIGCHLD;
+    if user {
+        flags |= libc::CLONE_NEWUSER;
+    }
+    // SAFETY: clone with a null stack is a fork (the child continues on a
+    // copy of this stack); the caller guarantees a single thread, so the
+    // child's copy of the process is consistent (no lock held elsewhere).
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    } as libc::pid_t;
     match pid {
         -1 => Err(io::Error::last_os_error()),
         0 => {
