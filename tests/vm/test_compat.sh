@@ -12,7 +12,10 @@
 # <idmap> passes; test_libvirt.sh does it through libvirt): the guest root's
 # files belong to host uid 100000, a host root file is nobody's, and a live
 # upgrade is refused with a reason while the daemon serves on.
-# Boot 4, unprivileged (a system user, xvfs-idmap, with /etc/subuid and
+# Boot 4, --translate-uid/--translate-gid map:0:100000:65536 and
+# forbid-guest:70000:1 (the daemon translates; no user namespace): owners
+# as with the namespace, and a chown to guest uid 70000 fails.
+# Boot 5, unprivileged (a system user, xvfs-idmap, with /etc/subuid and
 # /etc/subgid ranges, created here if missing), started as libvirt's session
 # mode starts it (--fd, maps through newuidmap): its own uid is the guest's
 # root, its subordinate range the guest's other IDs.
@@ -136,6 +139,31 @@ assert_eq 65534:65534 "$(field host-root-owner "$out")" "--uid-map as root: a ho
 assert_eq no "$(field host-root-write "$out")" "--uid-map as root: the guest's root cannot write it"
 vmt_checks "$VMT_DIR/idmap-host.txt" "--uid-map as root: "
 assert_eq made "$(field after-upgrade "$out")" "--uid-map as root: the daemon serves on after the refused upgrade"
+
+# ---- --translate-uid/--translate-gid: the daemon translates, no namespace ---
+TRN=$VMT_DIR/translate
+mkdir -p "$TRN"
+chown 100000:100000 "$TRN"
+echo 'owned by host 100005' >"$TRN/host-file"
+chown 100005:100005 "$TRN/host-file"
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+TRN_SCRIPT='
+S=/mnt/shared
+echo made >$S/by-root && mkdir $S/d && chown 1000:1000 $S/d && echo created=yes
+echo host-file-owner=$(stat -c %u:%g $S/host-file)
+echo forbidden=$(chown 70000 $S/d 2>/dev/null && echo yes || echo no)
+'
+rc=0
+DAEMON_ARGS="--translate-uid=map:0:100000:65536 --translate-gid=map:0:100000:65536 --translate-uid=forbid-guest:70000:1" \
+    vmt_guest "$TRN" "$TRN_SCRIPT" "$VMT_DIR/translate.out" || rc=$?
+out=$VMT_DIR/translate.out
+assert_eq 0 "$rc" "--translate-uid: guest script exit status"
+assert_eq yes "$(field created "$out")" "--translate-uid: the guest creates a file and chowns a directory"
+assert_eq 100000:100000 "$(stat -c %u:%g "$TRN/by-root")" "--translate-uid map: the guest root's file is host 100000"
+assert_eq 101000:101000 "$(stat -c %u:%g "$TRN/d")" "--translate-uid map: guest 1000 is host 101000"
+assert_eq 5:5 "$(field host-file-owner "$out")" "--translate-uid map: host 100005 is guest 5"
+assert_eq no "$(field forbidden "$out")" "--translate-uid forbid-guest: chown to guest uid 70000 is refused"
+assert_eq 101000 "$(stat -c %u "$TRN/d")" "--translate-uid forbid-guest: the owner did not change"
 
 # ---- unprivileged, with subordinate IDs (libvirt's session mode) ------------
 if ! id xvfs-idmap >/dev/null 2>&1; then

@@ -61,6 +61,10 @@ pub struct ConfigState {
     pub allow_mmap: bool,
     /// `--announce-submounts` (format version 6).
     pub announce_submounts: bool,
+    /// `--translate-uid` rules, as given (format version 6).
+    pub translate_uid: Vec<String>,
+    /// `--translate-gid` rules, as given (format version 6).
+    pub translate_gid: Vec<String>,
 }
 
 /// One guest memory region.
@@ -268,6 +272,8 @@ mod tests {
                 killpriv_v2: false,
                 allow_mmap: false,
                 announce_submounts: false,
+                translate_uid: Vec::new(),
+                translate_gid: Vec::new(),
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

@@ -127,7 +127,7 @@ pub enum XattrReply {
 pub type StatFs = libc::statfs64;
 
 /// What a file system can do; read once by the server when it is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Capabilities {
     /// INIT flags ([`crate::abi::init_flags`]) the file system can serve; the
     /// server negotiates the intersection with what the guest offers.
@@ -140,6 +140,8 @@ pub struct Capabilities {
     pub readonly: bool,
     /// Entry and attribute timeout handed to the guest.
     pub timeout: Duration,
+    /// UID/GID translation between guest and host (identity by default).
+    pub ids: crate::ids::Translation,
 }
 
 /// Where READ data goes (the reply buffer in guest memory).

@@ -29,6 +29,7 @@ pub mod ratelimit;
 
 pub mod filesystem;
 pub mod fuse;
+pub mod ids;
 pub mod journal;
 pub mod memfs;
 pub mod passthrough;

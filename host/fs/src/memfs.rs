@@ -343,6 +343,7 @@ impl FileSystem for MemFs {
             readdirplus: true,
             readonly: false,
             timeout: std::time::Duration::ZERO,
+            ids: crate::ids::Translation::default(),
         }
     }
 

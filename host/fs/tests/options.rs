@@ -113,3 +113,81 @@ fn announce_submounts_marks_directories_on_other_mounts() {
     negotiated(&h3, !init_flags::SUBMOUNTS);
     assert!(!submount_flag(&h3.lookup_ok(ROOT, "mnt")));
 }
+
+fn owner(h: &Harness, name: &str) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::symlink_metadata(h.dir.join(name)).unwrap();
+    (md.uid(), md.gid())
+}
+
+fn translated(uid: &[&str], gid: &[&str]) -> Harness {
+    let v = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let t = xvfs_fs::ids::Translation::parse(&v(uid), &v(gid)).unwrap();
+    Harness::with(|c| c.ids = t)
+}
+
+#[test]
+fn translate_uid_and_gid_map_callers_owners_and_attributes() {
+    use abi::{fattr, opcode, Wire};
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "the file-system tests run as root (owners)");
+    let h = translated(
+        &["map:1000:5000:10", "squash-host:7000:99:5"],
+        &["guest:1000:6000:10"],
+    );
+    // Created as guest 1001:1002: the host owner is 5001:6002.
+    h.uid.set(1001);
+    h.gid.set(1002);
+    let made: abi::EntryOut = h.mkdir(ROOT, "made", 0o755).parse();
+    assert_eq!(owner(&h, "made"), (5001, 6002));
+    // The guest sees the uid mapped back (map: both ways); the gid rule is
+    // one-way, so it sees the host's gid.
+    assert_eq!((made.attr.uid, made.attr.gid), (1001, 6002));
+    // A new owner from the guest is translated too.
+    h.uid.set(0);
+    h.gid.set(0);
+    let set = abi::SetattrIn {
+        valid: fattr::UID | fattr::GID,
+        uid: 1005,
+        gid: 1003,
+        ..Default::default()
+    };
+    let a: abi::AttrOut = h.req(opcode::SETATTR, made.nodeid, &set.to_bytes()).parse();
+    assert_eq!(owner(&h, "made"), (5005, 6003));
+    assert_eq!(a.attr.uid, 1005);
+    // Host IDs a squash-host rule covers are all one guest ID.
+    std::fs::write(h.dir.join("host"), b"x").unwrap();
+    std::os::unix::fs::chown(h.dir.join("host"), Some(7003), Some(0)).unwrap();
+    assert_eq!(h.lookup_ok(ROOT, "host").attr.uid, 99);
+    // IDs no rule covers stay as they are.
+    std::os::unix::fs::chown(h.dir.join("host"), Some(4242), Some(4243)).unwrap();
+    let a: abi::AttrOut = h.getattr(h.lookup_ok(ROOT, "host").nodeid).parse();
+    assert_eq!((a.attr.uid, a.attr.gid), (4242, 4243));
+}
+
+#[test]
+fn forbid_guest_refuses_creating_as_or_giving_to_those_ids() {
+    use abi::{fattr, opcode, Wire};
+    let h = translated(&["forbid-guest:0:1"], &[]);
+    h.uid.set(0);
+    assert_eq!(h.mkdir(ROOT, "as-root", 0o755).err(), libc::EPERM);
+    assert!(!h.dir.join("as-root").exists());
+    h.uid.set(1000);
+    let e: abi::EntryOut = h.mkdir(ROOT, "as-1000", 0o755).parse();
+    assert_eq!(owner(&h, "as-1000").0, 1000);
+    let give = abi::SetattrIn {
+        valid: fattr::UID,
+        uid: 0,
+        ..Default::default()
+    };
+    assert_eq!(
+        h.req(opcode::SETATTR, e.nodeid, &give.to_bytes()).err(),
+        libc::EPERM
+    );
+    assert_eq!(owner(&h, "as-1000").0, 1000);
+    // Reading as a forbidden ID is not refused.
+    h.uid.set(0);
+    let a: abi::AttrOut = h.getattr(e.nodeid).parse();
+    assert_eq!(a.attr.uid, 1000);
+}

@@ -58,6 +58,7 @@ fn server() -> &'static PassthroughServer {
             killpriv_v2: false,
             allow_mmap: false,
             announce_submounts: false,
+            ids: Default::default(),
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

@@ -367,13 +367,23 @@ pub struct Opt {
     #[arg(long, value_name = "MAP")]
     pub xattrmap: Option<String>,
 
-    /// Not supported (UID translation): refused.
-    #[arg(long, value_name = "MAP", hide = true)]
-    pub translate_uid: Option<String>,
+    /// Translate UIDs between guest and host in the daemon itself (no user
+    /// namespace, as opposed to --uid-map), given as TYPE:FROM:TO:COUNT
+    /// (any non-alphanumeric separator); repeat for more rules. TYPE:
+    /// `guest` maps guest FROM.. to host TO.. (the caller's ID and a new
+    /// owner); `host` maps host FROM.. to guest TO.. (the owners the guest
+    /// sees); `map` does both (FROM is the guest's, TO the host's);
+    /// `squash-guest` maps every guest ID of FROM.. to the one host ID TO;
+    /// `squash-host` every host ID of FROM.. to the one guest ID TO;
+    /// `forbid-guest:FROM:COUNT` refuses (EPERM) to create files as, or
+    /// give files to, those guest IDs. IDs no rule covers stay as they are;
+    /// rules may not overlap in one direction.
+    #[arg(long, value_name = "MAP", action = clap::ArgAction::Append)]
+    pub translate_uid: Vec<String>,
 
-    /// Not supported (GID translation): refused.
-    #[arg(long, value_name = "MAP", hide = true)]
-    pub translate_gid: Option<String>,
+    /// As --translate-uid, for GIDs.
+    #[arg(long, value_name = "MAP", action = clap::ArgAction::Append)]
+    pub translate_gid: Vec<String>,
 
     /// VM live migration, on the source: how the inodes the guest holds are
     /// described to the destination (see MIGRATION). `find-paths`: by path
@@ -460,6 +470,8 @@ pub enum CliError {
     BadCompat(String),
     #[error("--posix-acl={0} is not supported (only never)")]
     PosixAcl(String),
+    #[error("--translate-uid/--translate-gid: {0}")]
+    Translate(xvfs_fs::ids::RuleError),
     #[error("--uid-map/--gid-map: {0}")]
     IdMap(#[from] crate::idmap::IdMapError),
     #[error("--uid-map/--gid-map need --sandbox namespace (a user namespace does the mapping)")]
@@ -570,6 +582,8 @@ impl Opt {
         {
             return Err(CliError::IdMapCrashRestart);
         }
+        xvfs_fs::ids::Translation::parse(&self.translate_uid, &self.translate_gid)
+            .map_err(CliError::Translate)?;
         if let Some(acl) = &self.posix_acl {
             if acl != "never" {
                 return Err(CliError::PosixAcl(acl.clone()));
@@ -623,7 +637,7 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 5] = [
+        let refused: [(bool, &str, &'static str); 4] = [
             (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
@@ -634,11 +648,6 @@ impl Opt {
                 matches!(&self.security_label, Some(m) if m != "never"),
                 "--security-label",
                 NO_LABEL,
-            ),
-            (
-                self.translate_uid.is_some() || self.translate_gid.is_some(),
-                "--translate-uid/--translate-gid",
-                "ID translation is not implemented",
             ),
             (
                 handles && (self.migration_verify_handles || self.migration_confirm_paths),
@@ -744,6 +753,14 @@ mod tests {
         assert!(with(&["--uid-map=0:100000:65536"])
             .unwrap_err()
             .contains(":INSIDE:OUTSIDE:COUNT:"));
+        assert!(with(&["--translate-uid=swap:0:1:2"])
+            .unwrap_err()
+            .contains("TYPE:FROM:TO:COUNT"));
+        assert!(
+            with(&["--translate-gid=map:0:10:10", "--translate-gid=guest:5:1:1"])
+                .unwrap_err()
+                .contains("same direction")
+        );
         assert!(with(&["--gid-map=:0:1:5:", "--gid-map=:3:100:5:"])
             .unwrap_err()
             .contains("overlap"));
@@ -763,7 +780,6 @@ mod tests {
             &["--inode-file-handles=prefer"],
             &["--inode-file-handles=mandatory"],
             &["--security-label"],
-            &["--translate-uid=guest:0:100000:65536"],
             &[
                 "--migration-mode=file-handles",
                 "--migration-verify-handles",
@@ -783,6 +799,14 @@ mod tests {
             &["--announce-submounts"],
             &["-o", "announce_submounts"],
             &["--allow-mmap"],
+            &[
+                "--translate-uid=map:0:100000:65536",
+                "--translate-uid=forbid-guest:70000:5",
+            ],
+            &[
+                "--translate-gid=squash-guest:0:100:65536",
+                "--translate-gid=host/7/8/9",
+            ],
             &["--no-killpriv-v2"],
             &["--killpriv-v2"],
             &["-o", "killpriv_v2"],

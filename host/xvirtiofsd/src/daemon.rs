@@ -32,6 +32,8 @@ use crate::{error_chain, logger, sandbox, sys, FsServer};
 pub enum SetupError {
     #[error("invalid --xattrmap")]
     XattrMap(#[from] XattrMapError),
+    #[error("invalid --translate-uid/--translate-gid")]
+    Translate(#[source] xvfs_fs::ids::RuleError),
     #[error(
         "--xattrmap renames security.capability, which the host kernel would then not clear \
          on write or chown; map it to itself (an `ok` rule) or hide it (`bad`)"

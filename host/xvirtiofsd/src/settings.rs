@@ -52,6 +52,8 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         killpriv_v2: opt.killpriv_v2,
         allow_mmap: opt.allow_mmap,
         announce_submounts: opt.announce_submounts,
+        translate_uid: opt.translate_uid.clone(),
+        translate_gid: opt.translate_gid.clone(),
     }
 }
 
@@ -95,6 +97,8 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
         killpriv_v2: c.killpriv_v2,
         allow_mmap: c.allow_mmap,
         announce_submounts: c.announce_submounts,
+        ids: xvfs_fs::ids::Translation::parse(&c.translate_uid, &c.translate_gid)
+            .map_err(SetupError::Translate)?,
     })
 }
 

@@ -69,6 +69,16 @@ pub fn check_settings(
         received.killpriv_v2.to_string(),
     );
     cmp(
+        "--translate-uid",
+        format!("{:?}", own.translate_uid),
+        format!("{:?}", received.translate_uid),
+    );
+    cmp(
+        "--translate-gid",
+        format!("{:?}", own.translate_gid),
+        format!("{:?}", received.translate_gid),
+    );
+    cmp(
         "the metrics file",
         format!("{:?}", own.metrics_file),
         format!("{:?}", received.metrics_file),
@@ -98,6 +108,8 @@ pub fn check_settings(
         no_device_nodes: own.no_device_nodes,
         no_setid: own.no_setid,
         killpriv_v2: own.killpriv_v2,
+        translate_uid: own.translate_uid.clone(),
+        translate_gid: own.translate_gid.clone(),
         metrics_file: own.metrics_file.clone(),
         socket_path: own.socket_path.clone(),
         ..received.clone()
@@ -140,6 +152,8 @@ mod tests {
             killpriv_v2: false,
             allow_mmap: false,
             announce_submounts: false,
+            translate_uid: Vec::new(),
+            translate_gid: Vec::new(),
         }
     }
 

@@ -69,7 +69,19 @@ pub(crate) fn setattr<F: FileSystem>(
 ) -> OpResult {
     let a: SetattrIn = b.only()?;
     let ctx = q.ctx_kill(a.valid & fattr::KILL_SUIDGID != 0);
-    let st = q.fs.setattr(ctx, q.h.nodeid, &set_attr(&a))?;
+    let mut set = set_attr(&a);
+    // A new owner is the guest's ID: the host's for it, EPERM if forbidden.
+    let ids = &q.caps.ids;
+    let perm = || Error::Errno(libc::EPERM);
+    set.uid = set
+        .uid
+        .map(|u| ids.uid.to_host(u).ok_or_else(perm))
+        .transpose()?;
+    set.gid = set
+        .gid
+        .map(|g| ids.gid.to_host(g).ok_or_else(perm))
+        .transpose()?;
+    let st = q.fs.setattr(ctx, q.h.nodeid, &set)?;
     reply_ok(w, q.h.unique, &[&q.attr_out(&st).to_bytes()])
 }
 

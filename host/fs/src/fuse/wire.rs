@@ -76,10 +76,14 @@ pub(crate) struct Req<'a, F> {
 }
 
 impl<F: FileSystem> Req<'_, F> {
+    /// The caller, its IDs translated to the host's (`--translate-uid`);
+    /// a forbidden ID becomes [`crate::ids::FORBIDDEN`], as which nothing
+    /// can be created.
     pub fn ctx(&self) -> Context {
+        let ids = &self.caps.ids;
         Context {
-            uid: self.h.uid,
-            gid: self.h.gid,
+            uid: ids.uid.to_host(self.h.uid).unwrap_or(crate::ids::FORBIDDEN),
+            gid: ids.gid.to_host(self.h.gid).unwrap_or(crate::ids::FORBIDDEN),
             pid: self.h.pid,
             kill_priv: false,
         }
@@ -105,7 +109,7 @@ impl<F: FileSystem> Req<'_, F> {
             attr_valid_nsec: t.subsec_nanos(),
             attr: abi::Attr {
                 flags: if e.submount { abi::ATTR_SUBMOUNT } else { 0 },
-                ..attr(&e.attr)
+                ..self.attr(&e.attr)
             },
         }
     }
@@ -116,7 +120,16 @@ impl<F: FileSystem> Req<'_, F> {
             attr_valid: t.as_secs(),
             attr_valid_nsec: t.subsec_nanos(),
             dummy: 0,
-            attr: attr(st),
+            attr: self.attr(st),
+        }
+    }
+
+    /// `st` as the guest sees it (IDs translated).
+    fn attr(&self, st: &Stat) -> abi::Attr {
+        abi::Attr {
+            uid: self.caps.ids.uid.to_guest(st.st_uid),
+            gid: self.caps.ids.gid.to_guest(st.st_gid),
+            ..attr(st)
         }
     }
 
@@ -139,8 +152,8 @@ impl<F: FileSystem> Req<'_, F> {
                 blksize: sx.stx_blksize,
                 attributes: sx.stx_attributes,
                 nlink: sx.stx_nlink,
-                uid: sx.stx_uid,
-                gid: sx.stx_gid,
+                uid: self.caps.ids.uid.to_guest(sx.stx_uid),
+                gid: self.caps.ids.gid.to_guest(sx.stx_gid),
                 mode: sx.stx_mode,
                 spare0: 0,
                 ino: sx.stx_ino,

@@ -78,6 +78,8 @@ pub struct Config {
     /// submount of its own (own device number), if the guest offers
     /// FUSE_SUBMOUNTS.
     pub announce_submounts: bool,
+    /// `--translate-uid`, `--translate-gid`: done by the FUSE layer.
+    pub ids: crate::ids::Translation,
 }
 
 impl Default for Config {
@@ -98,6 +100,7 @@ impl Default for Config {
             killpriv_v2: false,
             allow_mmap: false,
             announce_submounts: false,
+            ids: crate::ids::Translation::default(),
         }
     }
 }

@@ -19,6 +19,7 @@ impl FileSystem for PassthroughFs {
             readdirplus: self.cfg.readdirplus,
             readonly: self.cfg.readonly,
             timeout: self.cfg.cache.timeout(),
+            ids: self.cfg.ids.clone(),
         }
     }
 

@@ -111,6 +111,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         killpriv_v2: false,
         allow_mmap: false,
         announce_submounts: false,
+        ids: Default::default(),
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -504,6 +505,8 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         killpriv_v2: false,
         allow_mmap: false,
         announce_submounts: false,
+        translate_uid: Vec::new(),
+        translate_gid: Vec::new(),
     }
 }
 
