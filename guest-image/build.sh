@@ -10,7 +10,8 @@
 #              along, decompressed: button.ko (ACPI power button) and
 #              evdev.ko, so that `virsh shutdown` / QMP system_powerdown
 #              powers the guest off cleanly (/init watches the button).
-#   initramfs  busybox (static) + fio and every library ldd lists + the files
+#   initramfs  busybox (static) + fio, setfacl, getfacl, GNU stat (as gnu-stat)
+#              and every library ldd lists + the files
 #              in guest-image/rootfs/ (/init, /bin/xvfs-automount) +
 #              guest-image/overlay/ (if present) + the lines "HOST_PATH GUEST_PATH"
 #              of build/guest/extra-files.txt (if present). Uncompressed,
@@ -156,6 +157,8 @@ initramfs_key() {
     {
         echo "busybox-static $(pkg_version busybox-static)"
         echo "fio $(pkg_version fio)"
+        echo "acl $(pkg_version acl)"
+        echo "coreutils $(pkg_version coreutils)"
         echo "libc6 $(pkg_version libc6)"
         sha256sum "$0"
         (cd "$KERNEL_DIR/modules" && sha256sum ./*.ko)
@@ -200,6 +203,18 @@ stage_rootfs() {
     done
     cp "$fio" "$root/usr/bin/fio"
     copy_libs "$fio" "$root"
+    # POSIX ACL tools (package acl), and GNU stat as gnu-stat (busybox's
+    # has no birth time, %W): for the tests of --posix-acl and STATX.
+    local tool
+    for tool in setfacl getfacl stat; do
+        command -v "$tool" >/dev/null || die "$tool not found; run 'make deps'"
+    done
+    cp "$(command -v setfacl)" "$root/usr/bin/setfacl"
+    cp "$(command -v getfacl)" "$root/usr/bin/getfacl"
+    cp "$(command -v stat)" "$root/usr/bin/gnu-stat"
+    for tool in setfacl getfacl gnu-stat; do
+        copy_libs "$root/usr/bin/$tool" "$root"
+    done
     # Kernel opens /dev/console before /init mounts devtmpfs.
     if [ "$(id -u)" -eq 0 ]; then
         mknod -m 600 "$root/dev/console" c 5 1

@@ -19,7 +19,7 @@ VIRTIOFSD_ROOT=/opt/xvirtiofs/virtiofsd
 BPO_PKGS=(qemu-system-x86 qemu-utils)
 # Packages from bookworm itself.
 PKGS=(busybox-static fio cpio zstd xz-utils libseccomp-dev libcap-ng-dev pkg-config
-    shellcheck python3-matplotlib gcc libc6-dev ca-certificates curl dpkg-dev binutils uidmap)
+    shellcheck python3-matplotlib gcc libc6-dev ca-certificates curl dpkg-dev binutils uidmap acl)
 
 print_help() {
     cat <<'HELP'

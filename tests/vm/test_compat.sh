@@ -8,14 +8,17 @@
 # engine (MAP_SHARED) writes and verifies a file opened for direct I/O.
 # Boot 2, --cache never and the defaults: the tmpfs is part of the share's
 # one device, and the shared mmap fails (ENODEV), as with virtiofsd.
-# Boot 3, as root with --uid-map/--gid-map :0:100000:65536: (what libvirt's
+# Boot 3, --posix-acl: setfacl/getfacl in the guest on host files, default
+# ACL inheritance, the caller's umask where no default ACL applies, chmod and
+# the ACL mask agreeing.
+# Boot 4, as root with --uid-map/--gid-map :0:100000:65536: (what libvirt's
 # <idmap> passes; test_libvirt.sh does it through libvirt): the guest root's
 # files belong to host uid 100000, a host root file is nobody's, and a live
 # upgrade is refused with a reason while the daemon serves on.
-# Boot 4, --translate-uid/--translate-gid map:0:100000:65536 and
+# Boot 5, --translate-uid/--translate-gid map:0:100000:65536 and
 # forbid-guest:70000:1 (the daemon translates; no user namespace): owners
 # as with the namespace, and a chown to guest uid 70000 fails.
-# Boot 5, unprivileged (a system user, xvfs-idmap, with /etc/subuid and
+# Boot 6, unprivileged (a system user, xvfs-idmap, with /etc/subuid and
 # /etc/subgid ranges, created here if missing), started as libvirt's session
 # mode starts it (--fd, maps through newuidmap): its own uid is the guest's
 # root, its subordinate range the guest's other IDs.
@@ -65,6 +68,7 @@ fio --name=mm --filename=$S/mm.dat --size=256k --bs=4k --rw=randwrite --ioengine
     --verify=crc32c --do_verify=1 --eta=never --output=/tmp/mm.out > /tmp/mm.log 2>&1
 echo "mmap-rc=$?"
 echo "mmap-errno=$($S/mmap-probe $S/probe.dat)"
+touch $S/acl-probe; echo "acl-refused=$(setfacl -m u:1000:r $S/acl-probe 2>&1 | grep -c "Operation not supported")"
 '
 
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2" | head -n 1; }
@@ -95,6 +99,40 @@ assert_eq "$(field dev-root "$out")" "$(field dev-sub "$out")" "defaults: the ho
 assert_ok "defaults: fio's mmap engine fails on a direct-I/O file (rc $(field mmap-rc "$out"))" \
     test "$(field mmap-rc "$out")" != 0
 assert_eq 19 "$(field mmap-errno "$out")" "defaults: a shared mapping of a direct-I/O file fails with ENODEV, as with virtiofsd"
+assert_eq 1 "$(field acl-refused "$out")" "defaults: setfacl is not supported without --posix-acl"
+
+# ---- --posix-acl ------------------------------------------------------------
+ACL=$VMT_DIR/acl
+mkdir -p "$ACL"
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+ACL_SCRIPT='
+S=/mnt/shared
+mkdir $S/dir && touch $S/dir/f
+setfacl -m u:1000:rwx $S/dir/f && echo set=yes
+echo get=$(getfacl -n $S/dir/f 2>/dev/null | grep -c "^user:1000:rwx")
+setfacl -d -m u:1001:rw $S/dir && touch $S/dir/inherited && mkdir $S/dir/sub
+echo inherited=$(getfacl -n $S/dir/inherited 2>/dev/null | grep -c "^user:1001:rw-")
+echo inherited-default=$(getfacl -n $S/dir/sub 2>/dev/null | grep -c "^default:user:1001:rw-")
+umask 027; mkdir $S/plain && touch $S/plain/m
+echo umask-mode=$(stat -c %a $S/plain/m)
+chmod 640 $S/dir/f
+echo mask-after-chmod=$(getfacl -n $S/dir/f 2>/dev/null | sed -n "s/^mask::\(.*\)/\1/p")
+'
+rc=0
+DAEMON_ARGS="--posix-acl" vmt_guest "$ACL" "$ACL_SCRIPT" "$VMT_DIR/acl.out" || rc=$?
+out=$VMT_DIR/acl.out
+assert_eq 0 "$rc" "--posix-acl: guest script exit status"
+assert_eq yes "$(field set "$out")" "--posix-acl: setfacl in the guest"
+assert_eq 1 "$(field get "$out")" "--posix-acl: getfacl in the guest shows the entry"
+assert_ok "--posix-acl: the host file has the ACL entry" \
+    bash -c "getfacl -n '$ACL/dir/f' 2>/dev/null | grep -q '^user:1000:r'"
+assert_eq 1 "$(field inherited "$out")" "--posix-acl: a new file inherits the directory's default ACL"
+assert_eq 1 "$(field inherited-default "$out")" "--posix-acl: a new directory inherits it as its default ACL"
+assert_ok "--posix-acl: the inherited entry is on the host too" \
+    bash -c "getfacl -n '$ACL/dir/inherited' 2>/dev/null | grep -q '^user:1001:rw-'"
+assert_eq 640 "$(field umask-mode "$out")" "--posix-acl: without a default ACL the caller's umask (027) applies"
+assert_eq 640 "$(stat -c %a "$ACL/plain/m")" "--posix-acl: and the host file has that mode"
+assert_eq r-- "$(field mask-after-chmod "$out")" "--posix-acl: chmod 640 narrows the ACL mask (mode and ACL agree)"
 
 # ---- ID-mapped user namespace, as root -------------------------------------
 IDM=$VMT_DIR/idmap

@@ -5,6 +5,25 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Whether a FUSE feature is offered: not at all, if the guest takes it,
+/// or as a condition of the session (`--posix-acl`, `--security-label`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Negotiation {
+    Never,
+    Auto,
+    Always,
+}
+
+impl From<Negotiation> for xvfs_fs::passthrough::AclMode {
+    fn from(n: Negotiation) -> Self {
+        match n {
+            Negotiation::Never => xvfs_fs::passthrough::AclMode::Never,
+            Negotiation::Auto => xvfs_fs::passthrough::AclMode::Auto,
+            Negotiation::Always => xvfs_fs::passthrough::AclMode::Always,
+        }
+    }
+}
+
 /// How long the guest may cache metadata and data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum CacheMode {

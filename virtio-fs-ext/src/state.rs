@@ -65,6 +65,8 @@ pub struct ConfigState {
     pub translate_uid: Vec<String>,
     /// `--translate-gid` rules, as given (format version 6).
     pub translate_gid: Vec<String>,
+    /// `--posix-acl` (format version 6).
+    pub posix_acl: crate::config::Negotiation,
 }
 
 /// One guest memory region.
@@ -274,6 +276,7 @@ mod tests {
                 announce_submounts: false,
                 translate_uid: Vec::new(),
                 translate_gid: Vec::new(),
+                posix_acl: crate::config::Negotiation::Never,
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

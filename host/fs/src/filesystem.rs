@@ -75,6 +75,13 @@ pub struct Context {
     /// (FUSE_HANDLE_KILLPRIV_V2: WRITE_KILL_SUIDGID, OPEN_KILL_SUIDGID,
     /// FATTR_KILL_SUIDGID). Only ever set when that was negotiated.
     pub kill_priv: bool,
+    /// The caller's umask, for the file system to apply when no default ACL
+    /// of the parent takes its place (FUSE_DONT_MASK negotiated; else 0:
+    /// the guest kernel applied it to the mode).
+    pub umask: u32,
+    /// SETXATTR of `system.posix_acl_access`: clear the setgid bit first
+    /// (FUSE_SETXATTR_ACL_KILL_SGID: the caller is not in the file's group).
+    pub acl_kill_sgid: bool,
 }
 
 /// An entry handed to the guest: a node id and the file's attributes. Each one
@@ -140,6 +147,8 @@ pub struct Capabilities {
     pub readonly: bool,
     /// Entry and attribute timeout handed to the guest.
     pub timeout: Duration,
+    /// INIT flags without which the session is refused (EPROTO).
+    pub required_init_flags: u64,
     /// UID/GID translation between guest and host (identity by default).
     pub ids: crate::ids::Translation,
 }

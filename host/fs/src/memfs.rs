@@ -344,6 +344,7 @@ impl FileSystem for MemFs {
             readonly: false,
             timeout: std::time::Duration::ZERO,
             ids: crate::ids::Translation::default(),
+            required_init_flags: 0,
         }
     }
 

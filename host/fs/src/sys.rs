@@ -426,6 +426,12 @@ pub fn major_minor(dev: u64) -> (u32, u32) {
     (libc::major(dev), libc::minor(dev))
 }
 
+/// `fchmod(2)` (works on a descriptor opened read-only).
+pub fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    // SAFETY: valid descriptor.
+    check(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }).map(drop)
+}
+
 /// `fchmodat(2)` (follows the final component; used with names under
 /// `/proc/self/fd` that are never symlinks).
 pub fn fchmodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {

@@ -191,3 +191,134 @@ fn forbid_guest_refuses_creating_as_or_giving_to_those_ids() {
     let a: abi::AttrOut = h.getattr(e.nodeid).parse();
     assert_eq!(a.attr.uid, 1000);
 }
+
+/// An ACL with one named-user entry (uid `who`, rwx), in the kernel's
+/// `system.posix_acl_*` format (version 2; tags USER_OBJ, USER, GROUP_OBJ,
+/// MASK, OTHER).
+fn acl_xattr(who: u32) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 7, who),
+        (0x04, 4, u32::MAX),
+        (0x10, 7, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+fn setxattr(h: &Harness, node: u64, name: &str, value: &[u8], kill_sgid: bool) -> Reply {
+    use abi::{opcode, Wire};
+    let s = abi::SetxattrIn {
+        size: value.len() as u32,
+        flags: 0,
+        setxattr_flags: if kill_sgid {
+            abi::SETXATTR_ACL_KILL_SGID
+        } else {
+            0
+        },
+        padding: 0,
+    };
+    h.req(
+        opcode::SETXATTR,
+        node,
+        &cat(&[&s.to_bytes(), &cname(name), value]),
+    )
+}
+
+#[test]
+fn posix_acl_negotiates_all_three_flags_or_none_and_always_requires_them() {
+    use xvfs_fs::passthrough::AclMode;
+    let acl = init_flags::POSIX_ACL | init_flags::DONT_MASK | init_flags::SETXATTR_EXT;
+    let h = Harness::uninit(|c| c.posix_acl = AclMode::Auto);
+    assert_eq!(negotiated(&h, u64::MAX) & acl, acl);
+    let h = Harness::uninit(|c| c.posix_acl = AclMode::Auto);
+    let f = negotiated(&h, !init_flags::DONT_MASK);
+    assert_eq!(
+        f & (init_flags::POSIX_ACL | init_flags::DONT_MASK),
+        0,
+        "all three or none"
+    );
+    let h = Harness::uninit(|c| c.posix_acl = AclMode::Always);
+    let r = h.init(7, 41, !(init_flags::POSIX_ACL as u32), u32::MAX);
+    assert_eq!(
+        r.err(),
+        libc::EPROTO,
+        "always: a guest without POSIX_ACL is refused"
+    );
+    let h = Harness::uninit(|_| {});
+    assert_eq!(
+        negotiated(&h, u64::MAX) & acl & !init_flags::SETXATTR_EXT,
+        0
+    );
+}
+
+#[test]
+fn acl_attributes_need_posix_acl_and_umask_yields_to_default_acls() {
+    use std::os::unix::fs::PermissionsExt;
+    use xvfs_fs::passthrough::AclMode;
+    let mode = |h: &Harness, p: &str| {
+        std::fs::metadata(h.dir.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    // Without --posix-acl: the ACL attributes are not served.
+    let h = Harness::with(|c| c.xattr = true);
+    let d: abi::EntryOut = h.mkdir(ROOT, "d", 0o777).parse();
+    assert_eq!(
+        setxattr(
+            &h,
+            d.nodeid,
+            "system.posix_acl_access",
+            &acl_xattr(1000),
+            false
+        )
+        .err(),
+        libc::EOPNOTSUPP
+    );
+
+    let h = Harness::with(|c| {
+        c.xattr = true;
+        c.posix_acl = AclMode::Always;
+    });
+    // No default ACL: the umask the guest sent applies (0o022 from mkdir).
+    let d: abi::EntryOut = h.mkdir(ROOT, "d", 0o777).parse();
+    assert_eq!(mode(&h, "d"), 0o755);
+    // A default ACL takes the umask's place.
+    setxattr(
+        &h,
+        d.nodeid,
+        "system.posix_acl_default",
+        &acl_xattr(1000),
+        false,
+    )
+    .ok();
+    h.mkdir(d.nodeid, "sub", 0o777).ok();
+    // 0777 within the default ACL: owner rw- (USER_OBJ), group bits the
+    // mask rwx, other r--; no umask.
+    assert_eq!(mode(&h, "d/sub"), 0o674, "mode from the default ACL");
+    let got = std::process::Command::new("getfacl")
+        .args(["-n", h.dir.join("d/sub").to_str().unwrap()])
+        .output();
+    if let Ok(out) = got {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("user:1000:rwx"), "{text}");
+    }
+    // SETXATTR_ACL_KILL_SGID clears setgid before the access ACL is set.
+    std::fs::set_permissions(h.dir.join("d"), std::fs::Permissions::from_mode(0o2775)).unwrap();
+    setxattr(
+        &h,
+        d.nodeid,
+        "system.posix_acl_access",
+        &acl_xattr(1000),
+        true,
+    )
+    .ok();
+    assert_eq!(mode(&h, "d") & libc::S_ISGID, 0);
+}

@@ -59,6 +59,7 @@ fn server() -> &'static PassthroughServer {
             allow_mmap: false,
             announce_submounts: false,
             ids: Default::default(),
+            posix_acl: Default::default(),
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 pub use virtio_fs_ext::config::{
-    CacheMode, LogLevel, MigrationMode, MigrationOnError, PollMode, SandboxMode, SeccompAction,
+    CacheMode, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode, SandboxMode,
+    SeccompAction,
 };
 
 /// `--version`: the package version, with the build tag if one was set.
@@ -340,9 +341,16 @@ pub struct Opt {
     #[arg(long)]
     pub preserve_noatime: bool,
 
-    /// POSIX ACLs: only `never` is supported; other modes are refused.
-    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "always")]
-    pub posix_acl: Option<String>,
+    /// POSIX ACLs (implies --xattr): offer FUSE_POSIX_ACL, so that the
+    /// guest enforces ACLs and reads and sets them (getfacl/setfacl) on the
+    /// host files; new files inherit a directory's default ACL, else get
+    /// the caller's umask (the guest leaves it to the daemon,
+    /// FUSE_DONT_MASK). `auto`: if the guest takes it; `always` (also the
+    /// bare option): a guest that does not is refused at INIT; `never`
+    /// (the default): the ACL attributes get EOPNOTSUPP. Not with
+    /// --translate-uid/--translate-gid (ACL entries hold host IDs).
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "always")]
+    pub posix_acl: Option<Negotiation>,
 
     /// Security labels (FUSE_SECURITY_CTX): only `never` is supported; other
     /// modes are refused.
@@ -420,8 +428,8 @@ pub struct Opt {
     /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, xattrmap=…,
     /// killpriv_v2, no_killpriv_v2, announce_submounts, and the defaults
     /// no_flock, no_posix_lock,
-    /// no_posix_acl, no_security_label. Keys for what is not supported (flock,
-    /// posix_lock, posix_acl, security_label) are refused.
+    /// posix_acl, no_posix_acl, no_security_label. Keys for what is not
+    /// supported (flock, posix_lock, security_label) are refused.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
 
@@ -468,8 +476,8 @@ pub enum CliError {
     NoSocket,
     #[error("invalid -o option `{0}`")]
     BadCompat(String),
-    #[error("--posix-acl={0} is not supported (only never)")]
-    PosixAcl(String),
+    #[error("--posix-acl cannot be used with --translate-uid/--translate-gid: ACL entries name host IDs the guest would see untranslated")]
+    PosixAclTranslate,
     #[error("--translate-uid/--translate-gid: {0}")]
     Translate(xvfs_fs::ids::RuleError),
     #[error("--uid-map/--gid-map: {0}")]
@@ -489,7 +497,6 @@ pub enum CliError {
 }
 
 const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
-const NO_ACL: &str = "POSIX ACLs are not served";
 const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
 
 fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
@@ -552,12 +559,13 @@ impl Opt {
                 // The defaults, named.
                 ("no_killpriv_v2", None) => self.killpriv_v2 = false,
                 ("no_flock" | "no_posix_lock", None) => {}
-                ("no_posix_acl" | "no_security_label", None) => {}
+                ("no_posix_acl", None) => self.posix_acl = Some(Negotiation::Never),
+                ("no_security_label", None) => {}
                 ("flock" | "posix_lock", None) => {
                     return Err(unsupported(format!("-o {key}"), NO_LOCKS))
                 }
                 ("killpriv_v2", None) => self.killpriv_v2 = true,
-                ("posix_acl", None) => return Err(unsupported("-o posix_acl", NO_ACL)),
+                ("posix_acl", None) => self.posix_acl = Some(Negotiation::Always),
                 ("security_label", None) => return Err(unsupported("-o security_label", NO_LABEL)),
                 ("announce_submounts", None) => self.announce_submounts = true,
                 ("xattrmap", Some(v)) => self.xattrmap = Some(v.to_string()),
@@ -584,10 +592,11 @@ impl Opt {
         }
         xvfs_fs::ids::Translation::parse(&self.translate_uid, &self.translate_gid)
             .map_err(CliError::Translate)?;
-        if let Some(acl) = &self.posix_acl {
-            if acl != "never" {
-                return Err(CliError::PosixAcl(acl.clone()));
+        if matches!(self.posix_acl, Some(Negotiation::Auto | Negotiation::Always)) {
+            if !self.translate_uid.is_empty() || !self.translate_gid.is_empty() {
+                return Err(CliError::PosixAclTranslate);
             }
+            self.xattr = true;
         }
         self.refuse_unsupported()?;
         if let Some(m) = &self.xattrmap {
@@ -787,7 +796,6 @@ mod tests {
             &["--migration-mode=file-handles", "--migration-confirm-paths"],
             &["-o", "flock"],
             &["-o", "posix_lock"],
-            &["-o", "posix_acl"],
         ] {
             let args: Vec<&str> = base.iter().chain(extra).copied().collect();
             let err = parse(&args).unwrap_err();
@@ -812,6 +820,9 @@ mod tests {
             &["-o", "killpriv_v2"],
             &["--security-label=never"],
             &["--posix-acl=never"],
+            &["--posix-acl"],
+            &["--posix-acl=auto"],
+            &["-o", "posix_acl"],
             &["--preserve-noatime"],
             &["--syslog"],
             &["--thread-pool-size=4"],

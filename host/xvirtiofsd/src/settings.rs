@@ -10,7 +10,7 @@ use virtio_fs_ext::state::ConfigState;
 use xvfs_fs::passthrough::XattrMap;
 use xvfs_fs::Config;
 
-use crate::cli::{Opt, PollMode};
+use crate::cli::{Negotiation, Opt, PollMode};
 use crate::daemon::SetupError;
 use crate::migration::MigrationConfig;
 use crate::queue::PollConfig;
@@ -54,6 +54,7 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         announce_submounts: opt.announce_submounts,
         translate_uid: opt.translate_uid.clone(),
         translate_gid: opt.translate_gid.clone(),
+        posix_acl: opt.posix_acl.unwrap_or(Negotiation::Never),
     }
 }
 
@@ -97,6 +98,7 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
         killpriv_v2: c.killpriv_v2,
         allow_mmap: c.allow_mmap,
         announce_submounts: c.announce_submounts,
+        posix_acl: c.posix_acl.into(),
         ids: xvfs_fs::ids::Translation::parse(&c.translate_uid, &c.translate_gid)
             .map_err(SetupError::Translate)?,
     })

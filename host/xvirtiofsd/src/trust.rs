@@ -154,6 +154,7 @@ mod tests {
             announce_submounts: false,
             translate_uid: Vec::new(),
             translate_gid: Vec::new(),
+            posix_acl: virtio_fs_ext::config::Negotiation::Never,
         }
     }
 

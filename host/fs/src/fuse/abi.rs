@@ -159,6 +159,10 @@ wire_struct! {
     }
 }
 
+/// `fuse_setxattr_in.setxattr_flags`: clear setgid when setting the access
+/// ACL (the caller is not in the file's group and lacks CAP_FSETID).
+pub const SETXATTR_ACL_KILL_SGID: u32 = 1 << 0;
+
 /// `fuse_attr.flags`: the directory is a submount (FUSE_SUBMOUNTS).
 pub const ATTR_SUBMOUNT: u32 = 1 << 0;
 

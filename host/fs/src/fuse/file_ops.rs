@@ -7,7 +7,7 @@ use std::os::fd::BorrowedFd;
 use super::abi::*;
 use super::io::{ReplyWriter, RequestReader};
 use super::wire::{need, reply_ok, Body, Error, OpResult, Req};
-use crate::filesystem::{DataSink, DataSource, Entry, FileSystem, Opened};
+use crate::filesystem::{Context, DataSink, DataSource, Entry, FileSystem, Opened};
 
 /// Largest WRITE payload and READ size (FUSE max_write; 256 pages).
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -54,7 +54,10 @@ pub(crate) fn create<F: FileSystem>(
     let c: CreateIn = b.take()?;
     let name = b.name()?;
     b.end()?;
-    let ctx = q.ctx_kill(c.open_flags & flags::OPEN_KILL_SUIDGID != 0);
+    let ctx = Context {
+        umask: q.ctx_create(c.umask).umask,
+        ..q.ctx_kill(c.open_flags & flags::OPEN_KILL_SUIDGID != 0)
+    };
     let (e, o) = q.fs.create(ctx, q.h.nodeid, name, c.mode, c.flags)?;
     reply_created(q, &e, &o, w)
 }
@@ -68,7 +71,8 @@ pub(crate) fn tmpfile<F: FileSystem>(
     // The kernel sends the placeholder name "/" here; it is not used.
     let _ = b.cstr()?;
     b.end()?;
-    let (e, o) = q.fs.tmpfile(q.ctx(), q.h.nodeid, c.mode, c.flags)?;
+    let (e, o) =
+        q.fs.tmpfile(q.ctx_create(c.umask), q.h.nodeid, c.mode, c.flags)?;
     reply_created(q, &e, &o, w)
 }
 

@@ -4,7 +4,7 @@
 use super::abi::*;
 use super::io::ReplyWriter;
 use super::wire::{check_name, check_xattr_name, reply_ok, Body, Error, OpResult, Req, PATH_MAX};
-use crate::filesystem::{FileSystem, SetAttr, SetTime, XattrReply};
+use crate::filesystem::{Context, FileSystem, SetAttr, SetTime, XattrReply};
 
 pub(crate) fn lookup<F: FileSystem>(
     q: &Req<'_, F>,
@@ -122,7 +122,8 @@ pub(crate) fn mknod<F: FileSystem>(
     let m: MknodIn = b.take()?;
     let name = b.name()?;
     b.end()?;
-    let e = q.fs.mknod(q.ctx(), q.h.nodeid, name, m.mode, m.rdev)?;
+    let e =
+        q.fs.mknod(q.ctx_create(m.umask), q.h.nodeid, name, m.mode, m.rdev)?;
     q.reply_entry(w, &e)
 }
 
@@ -134,7 +135,8 @@ pub(crate) fn mkdir<F: FileSystem>(
     let m: MkdirIn = b.take()?;
     let name = b.name()?;
     b.end()?;
-    let e = q.fs.mkdir(q.ctx(), q.h.nodeid, name, m.mode)?;
+    let e =
+        q.fs.mkdir(q.ctx_create(m.umask), q.h.nodeid, name, m.mode)?;
     q.reply_entry(w, &e)
 }
 
@@ -258,7 +260,11 @@ pub(crate) fn setxattr<F: FileSystem>(
     check_xattr_name(name)?;
     let value = b.bytes(s.size as usize)?;
     b.end()?;
-    q.fs.setxattr(q.ctx(), q.h.nodeid, name, value, s.flags)?;
+    let ctx = Context {
+        acl_kill_sgid: s.setxattr_flags & SETXATTR_ACL_KILL_SGID != 0,
+        ..q.ctx()
+    };
+    q.fs.setxattr(ctx, q.h.nodeid, name, value, s.flags)?;
     q.reply_empty(w)
 }
 

@@ -60,6 +60,8 @@ pub const SERVER_INIT_FLAGS: u64 = {
         | AUTO_INVAL_DATA
         | HANDLE_KILLPRIV_V2
         | SUBMOUNTS
+        | POSIX_ACL
+        | DONT_MASK
 };
 
 /// The FUSE server: `Send + Sync`, called concurrently by every queue worker.
@@ -277,7 +279,21 @@ impl<F: FileSystem> Server<F> {
         if kernel & init_flags::INIT_EXT != 0 {
             kernel |= u64::from(i.flags2) << 32;
         }
-        let flags = kernel & self.caps.init_flags;
+        let mut flags = kernel & self.caps.init_flags;
+        // POSIX ACLs need the guest to leave the umask to us and to send
+        // setxattr flags: all three, or none.
+        let acl = init_flags::POSIX_ACL | init_flags::DONT_MASK | init_flags::SETXATTR_EXT;
+        if self.caps.init_flags & init_flags::POSIX_ACL != 0 && flags & acl != acl {
+            flags &= !(init_flags::POSIX_ACL | init_flags::DONT_MASK);
+        }
+        let missing = self.caps.required_init_flags & !flags;
+        if missing != 0 {
+            log::error!(
+                "the guest does not offer INIT flags {missing:#x} this daemon was told to \
+                 require (--posix-acl=always, --security-label=always): INIT refused"
+            );
+            return Err(Error::Errno(libc::EPROTO));
+        }
         let minor = i.minor.min(KERNEL_MINOR_VERSION);
         let out = InitOut {
             major: KERNEL_VERSION,

@@ -86,6 +86,21 @@ impl<F: FileSystem> Req<'_, F> {
             gid: ids.gid.to_host(self.h.gid).unwrap_or(crate::ids::FORBIDDEN),
             pid: self.h.pid,
             kill_priv: false,
+            umask: 0,
+            acl_kill_sgid: false,
+        }
+    }
+
+    /// [`Req::ctx`] of a request that creates a file: with the caller's
+    /// `umask` when the guest left applying it to us (FUSE_DONT_MASK).
+    pub fn ctx_create(&self, umask: u32) -> Context {
+        Context {
+            umask: if self.session.has(abi::init_flags::DONT_MASK) {
+                umask & 0o777
+            } else {
+                0
+            },
+            ..self.ctx()
         }
     }
 

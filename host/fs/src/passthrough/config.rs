@@ -7,6 +7,19 @@ use std::time::Duration;
 
 use super::XattrMap;
 
+/// `--posix-acl`: whether POSIX ACLs are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AclMode {
+    /// Not offered; the ACL attributes get EOPNOTSUPP.
+    #[default]
+    Never,
+    /// Offered (FUSE_POSIX_ACL with DONT_MASK and SETXATTR_EXT); served if
+    /// the guest takes them.
+    Auto,
+    /// Offered, and a guest that does not take them is refused at INIT.
+    Always,
+}
+
 /// How much the guest may cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CachePolicy {
@@ -78,6 +91,8 @@ pub struct Config {
     /// submount of its own (own device number), if the guest offers
     /// FUSE_SUBMOUNTS.
     pub announce_submounts: bool,
+    /// `--posix-acl`.
+    pub posix_acl: AclMode,
     /// `--translate-uid`, `--translate-gid`: done by the FUSE layer.
     pub ids: crate::ids::Translation,
 }
@@ -101,6 +116,7 @@ impl Default for Config {
             allow_mmap: false,
             announce_submounts: false,
             ids: crate::ids::Translation::default(),
+            posix_acl: AclMode::Never,
         }
     }
 }

@@ -6,9 +6,18 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::table::lock;
+use super::table::{lock, Inode};
 use super::{err, PassthroughFs, XattrReply};
 use crate::sys;
+
+/// The attributes that hold POSIX ACLs.
+const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
+const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
+
+/// Whether `name` is one of the POSIX ACL attributes.
+fn is_acl(name: &CStr) -> bool {
+    matches!(name.to_bytes(), ACL_ACCESS | ACL_DEFAULT)
+}
 
 /// Largest xattr value or list handled (Linux XATTR_SIZE_MAX / XATTR_LIST_MAX).
 const XATTR_MAX: usize = 65536;
@@ -28,8 +37,17 @@ impl PassthroughFs {
         self.reopen(&inode, flags)
     }
 
-    /// The host's name for a guest's attribute name (`--xattrmap`).
+    /// The host's name for a guest's attribute name (`--xattrmap`). The
+    /// ACL attributes are the guest kernel's business only once POSIX ACLs
+    /// are negotiated (`--posix-acl`); before, as in virtiofsd, EOPNOTSUPP.
     fn host_xattr<'a>(&self, name: &'a CStr) -> io::Result<Cow<'a, CStr>> {
+        if is_acl(name) {
+            return if self.negotiated(crate::abi::init_flags::POSIX_ACL) {
+                Ok(Cow::Borrowed(name))
+            } else {
+                Err(err(libc::EOPNOTSUPP))
+            };
+        }
         match &self.cfg.xattrmap {
             None => Ok(Cow::Borrowed(name)),
             Some(m) => m.to_host(name).map(Cow::Owned).map_err(err),
@@ -86,6 +104,7 @@ impl PassthroughFs {
 
     pub(crate) fn setxattr(
         &self,
+        ctx: super::Ctx,
         id: u64,
         name: &CStr,
         value: &[u8],
@@ -98,7 +117,39 @@ impl PassthroughFs {
         }
         let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
+        if ctx.acl_kill_sgid && name.to_bytes() == ACL_ACCESS {
+            // The guest kernel asks: the caller is not in the file's group.
+            let mode = sys::stat_fd(fd.as_fd())?.st_mode;
+            if mode & libc::S_ISGID != 0 {
+                sys::fchmod(fd.as_fd(), mode & 0o7777 & !libc::S_ISGID)?;
+            }
+        }
         super::replayed(sys::fsetxattr(fd.as_fd(), name, value, flags), libc::EEXIST)
+    }
+
+    /// The mode for a file the guest creates in `parent`: its mode as
+    /// allowed (`--no-setid`), less the caller's umask (FUSE_DONT_MASK),
+    /// unless the parent has a default ACL, which then decides instead, as
+    /// the host kernel does it (this daemon's own umask is 0).
+    pub(crate) fn create_mode(&self, ctx: super::Ctx, parent: &Inode, kind: u32, mode: u32) -> u32 {
+        let m = self.guest_mode(kind, mode);
+        if ctx.umask == 0 || self.default_acl(parent) {
+            return m;
+        }
+        m & !ctx.umask
+    }
+
+    /// Whether directory `dir` has a default ACL (never without POSIX ACLs
+    /// negotiated: the guest cannot have set one).
+    fn default_acl(&self, dir: &Inode) -> bool {
+        if !self.negotiated(crate::abi::init_flags::POSIX_ACL) {
+            return false;
+        }
+        let Ok(fd) = self.reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY) else {
+            return false;
+        };
+        // A size query; an error (ENODATA) means none.
+        sys::fgetxattr(fd.as_fd(), c"system.posix_acl_default", &mut []).is_ok_and(|n| n > 0)
     }
 
     pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {

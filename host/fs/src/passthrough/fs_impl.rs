@@ -20,6 +20,11 @@ impl FileSystem for PassthroughFs {
             readonly: self.cfg.readonly,
             timeout: self.cfg.cache.timeout(),
             ids: self.cfg.ids.clone(),
+            required_init_flags: if self.cfg.posix_acl == super::AclMode::Always {
+                crate::abi::init_flags::POSIX_ACL
+            } else {
+                0
+            },
         }
     }
 
@@ -238,8 +243,15 @@ impl FileSystem for PassthroughFs {
         PassthroughFs::access(self, ctx, node, mask)
     }
 
-    fn setxattr(&self, _: Ctx, node: u64, name: &CStr, value: &[u8], flags: u32) -> io::Result<()> {
-        PassthroughFs::setxattr(self, node, name, value, flags)
+    fn setxattr(
+        &self,
+        ctx: Ctx,
+        node: u64,
+        name: &CStr,
+        value: &[u8],
+        flags: u32,
+    ) -> io::Result<()> {
+        PassthroughFs::setxattr(self, ctx, node, name, value, flags)
     }
 
     fn getxattr(&self, _: Ctx, node: u64, name: &CStr, size: u32) -> io::Result<XattrReply> {

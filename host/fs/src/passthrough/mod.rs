@@ -54,7 +54,7 @@ use crate::abi::{flags as fflags, fopen, init_flags};
 use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
 
-pub use self::config::{CachePolicy, Config, Error, SharedDir};
+pub use self::config::{AclMode, CachePolicy, Config, Error, SharedDir};
 
 use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
 pub use crate::filesystem::{DirEntry, Entry, XattrReply};
@@ -212,6 +212,9 @@ impl PassthroughFs {
         }
         if cfg.xattr {
             f |= SETXATTR_EXT;
+        }
+        if cfg.posix_acl != AclMode::Never {
+            f |= POSIX_ACL | DONT_MASK | SETXATTR_EXT;
         }
         if cfg.killpriv_v2 {
             f |= HANDLE_KILLPRIV_V2;
@@ -590,7 +593,7 @@ impl PassthroughFs {
             let made = sys::mknodat(
                 p.fd(),
                 name,
-                kind | self.guest_mode(kind, mode),
+                kind | self.create_mode(ctx, &p, kind, mode),
                 sys::makedev(major, minor),
             );
             replayed(made, libc::EEXIST)?;
@@ -603,7 +606,8 @@ impl PassthroughFs {
         let p = self.dir(parent)?;
         {
             let _c = self.creds(ctx)?;
-            let made = sys::mkdirat(p.fd(), name, self.guest_mode(libc::S_IFDIR, mode));
+            let mode = self.create_mode(ctx, &p, libc::S_IFDIR, mode);
+            let made = sys::mkdirat(p.fd(), name, mode);
             replayed(made, libc::EEXIST)?;
         }
         self.do_lookup(&p, name)
@@ -753,7 +757,7 @@ impl PassthroughFs {
                 p.fd(),
                 name,
                 flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                self.guest_mode(libc::S_IFREG, mode),
+                self.create_mode(ctx, &p, libc::S_IFREG, mode),
             )
         };
         let (entry, fd) = match created {
@@ -823,7 +827,7 @@ impl PassthroughFs {
                 p.fd(),
                 c".",
                 flags | libc::O_TMPFILE,
-                self.guest_mode(libc::S_IFREG, mode),
+                self.create_mode(ctx, &p, libc::S_IFREG, mode),
             )?
         };
         let entry = self.insert_open_file(&fd, None)?;

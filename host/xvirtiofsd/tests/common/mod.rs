@@ -112,6 +112,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         allow_mmap: false,
         announce_submounts: false,
         ids: Default::default(),
+        posix_acl: Default::default(),
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -507,6 +508,7 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         announce_submounts: false,
         translate_uid: Vec::new(),
         translate_gid: Vec::new(),
+        posix_acl: virtio_fs_ext::config::Negotiation::Never,
     }
 }
 
