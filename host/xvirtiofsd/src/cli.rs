@@ -277,9 +277,11 @@ pub struct Opt {
     #[arg(long)]
     pub print_capabilities: bool,
 
-    /// Not supported: advertising the tag in the device configuration
-    /// (VHOST_USER_PROTOCOL_F_CONFIG) is not implemented; QEMU sets it with `tag=`.
-    #[arg(long, value_name = "TAG", hide = true)]
+    /// The tag the device advertises in its configuration space (at most
+    /// 36 bytes): VHOST_USER_PROTOCOL_F_CONFIG is offered and GET_CONFIG
+    /// answered with it. A front-end may ignore it: QEMU's vhost-user-fs
+    /// does not take CONFIG and uses its own `tag=` (as virtiofsd warns).
+    #[arg(long, value_name = "TAG")]
     pub tag: Option<String>,
 
     /// Only `never`: inodes are held as O_PATH descriptors; `prefer` and
@@ -476,6 +478,8 @@ pub enum CliError {
     NoSocket,
     #[error("invalid -o option `{0}`")]
     BadCompat(String),
+    #[error("--tag `{0}`: a tag is 1 to 36 bytes (the virtio-fs configuration space)")]
+    Tag(String),
     #[error("--posix-acl cannot be used with --translate-uid/--translate-gid: ACL entries name host IDs the guest would see untranslated")]
     PosixAclTranslate,
     #[error("--translate-uid/--translate-gid: {0}")]
@@ -590,9 +594,15 @@ impl Opt {
         {
             return Err(CliError::IdMapCrashRestart);
         }
+        if let Some(t) = self.tag.as_ref().filter(|t| t.is_empty() || t.len() > 36) {
+            return Err(CliError::Tag(t.clone()));
+        }
         xvfs_fs::ids::Translation::parse(&self.translate_uid, &self.translate_gid)
             .map_err(CliError::Translate)?;
-        if matches!(self.posix_acl, Some(Negotiation::Auto | Negotiation::Always)) {
+        if matches!(
+            self.posix_acl,
+            Some(Negotiation::Auto | Negotiation::Always)
+        ) {
             if !self.translate_uid.is_empty() || !self.translate_gid.is_empty() {
                 return Err(CliError::PosixAclTranslate);
             }
@@ -646,8 +656,7 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 4] = [
-            (self.tag.is_some(), "--tag", "the tag is set by the front-end (QEMU tag=); VHOST_USER_PROTOCOL_F_CONFIG is not implemented"),
+        let refused: [(bool, &str, &'static str); 3] = [
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
                 "--inode-file-handles",
@@ -762,6 +771,9 @@ mod tests {
         assert!(with(&["--uid-map=0:100000:65536"])
             .unwrap_err()
             .contains(":INSIDE:OUTSIDE:COUNT:"));
+        assert!(with(&["--tag", "a-tag-much-longer-than-thirty-six-bytes"])
+            .unwrap_err()
+            .contains("1 to 36 bytes"));
         assert!(with(&["--translate-uid=swap:0:1:2"])
             .unwrap_err()
             .contains("TYPE:FROM:TO:COUNT"));
@@ -785,8 +797,7 @@ mod tests {
     fn options_that_cannot_be_honoured_are_refused() {
         let base = ["--fd=3", "--shared-dir", "/srv"];
         for extra in [
-            &["--tag", "fs"][..],
-            &["--inode-file-handles=prefer"],
+            &["--inode-file-handles=prefer"][..],
             &["--inode-file-handles=mandatory"],
             &["--security-label"],
             &[
@@ -820,6 +831,7 @@ mod tests {
             &["-o", "killpriv_v2"],
             &["--security-label=never"],
             &["--posix-acl=never"],
+            &["--tag", "shared"],
             &["--posix-acl"],
             &["--posix-acl=auto"],
             &["-o", "posix_acl"],

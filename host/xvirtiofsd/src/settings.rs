@@ -55,6 +55,7 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         translate_uid: opt.translate_uid.clone(),
         translate_gid: opt.translate_gid.clone(),
         posix_acl: opt.posix_acl.unwrap_or(Negotiation::Never),
+        tag: opt.tag.clone(),
     }
 }
 
@@ -136,5 +137,6 @@ pub(crate) fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfi
             confirm_paths: c.migration_confirm_paths,
         },
         journal: None,
+        tag: c.tag.clone(),
     }
 }

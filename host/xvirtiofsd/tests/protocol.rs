@@ -312,3 +312,59 @@ fn forget_on_hiprio_without_a_reply_buffer_takes_effect() {
     assert_eq!(err, -EBADF, "the forgotten node id must be gone");
     vmm.shutdown().expect("clean disconnect");
 }
+
+#[test]
+fn tag_is_advertised_in_the_configuration_space() {
+    use vhost::vhost_user::message::VhostUserConfigFlags;
+    use vhost::vhost_user::VhostUserProtocolFeatures as P;
+    // Without --tag: CONFIG is not offered.
+    let dir = scratch_dir("notag");
+    let mut vmm = Vmm::start(&dir, 3);
+    vmm.frontend.set_owner().expect("set_owner");
+    let features = vmm.frontend.get_features().expect("features");
+    vmm.frontend.set_features(features).expect("set features");
+    let pf = vmm
+        .frontend
+        .get_protocol_features()
+        .expect("protocol features");
+    assert!(!pf.contains(P::CONFIG));
+    vmm.shutdown().expect("clean disconnect");
+
+    let dir = scratch_dir("tag");
+    let mut cfg = xvirtiofsd::vhost_user::DeviceConfig::new(3);
+    cfg.tag = Some("myfs".into());
+    let mut vmm = Vmm::start_with(&dir, cfg);
+    vmm.frontend.set_owner().expect("set_owner");
+    let features = vmm.frontend.get_features().expect("features");
+    vmm.frontend.set_features(features).expect("set features");
+    let pf = vmm
+        .frontend
+        .get_protocol_features()
+        .expect("protocol features");
+    assert!(pf.contains(P::CONFIG));
+    vmm.frontend
+        .set_protocol_features(P::CONFIG | P::MQ)
+        .expect("ack CONFIG");
+    let (_, space) = vmm
+        .frontend
+        .get_config(0, 40, VhostUserConfigFlags::empty(), &[0u8; 40])
+        .expect("GET_CONFIG");
+    assert_eq!(&space[..4], b"myfs");
+    assert!(
+        space[4..36].iter().all(|&b| b == 0),
+        "NUL-padded to 36 bytes"
+    );
+    assert_eq!(
+        u32::from_le_bytes(space[36..40].try_into().unwrap()),
+        2,
+        "request queues"
+    );
+    // Part of it, as a driver reads one field.
+    let (_, part) = vmm
+        .frontend
+        .get_config(36, 4, VhostUserConfigFlags::empty(), &[0u8; 4])
+        .expect("GET_CONFIG of num_request_queues");
+    assert_eq!(part, 2u32.to_le_bytes().to_vec());
+    assert_eq!(vmm.frontend.get_queue_num().expect("still serving"), 3);
+    vmm.shutdown().expect("clean disconnect");
+}

@@ -215,6 +215,7 @@ fn expects_reply(req: FrontendReq) -> bool {
             | FrontendReq::SET_LOG_BASE
             | FrontendReq::SET_DEVICE_STATE_FD
             | FrontendReq::CHECK_DEVICE_STATE
+            | FrontendReq::GET_CONFIG
     )
 }
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
-    FrontendReq, VhostUserLog, VhostUserMemory, VhostUserMemoryRegion, VhostUserSingleMemoryRegion,
-    VhostUserU64, VhostUserVringAddr, VhostUserVringAddrFlags, VhostUserVringState,
-    MAX_ATTACHED_FD_ENTRIES,
+    FrontendReq, VhostUserConfig, VhostUserConfigFlags, VhostUserLog, VhostUserMemory,
+    VhostUserMemoryRegion, VhostUserSingleMemoryRegion, VhostUserU64, VhostUserVringAddr,
+    VhostUserVringAddrFlags, VhostUserVringState, MAX_ATTACHED_FD_ENTRIES,
 };
 use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vm_memory::{ByteValued, GuestMemoryAtomic};
@@ -51,6 +51,9 @@ pub struct DeviceConfig {
     pub migration: MigrationConfig,
     /// Crash restart: the journal requests in flight are recorded in.
     pub journal: Option<&'static xvfs_fs::journal::Journal>,
+    /// `--tag`: advertised in the device configuration space
+    /// (VHOST_USER_PROTOCOL_F_CONFIG, GET_CONFIG).
+    pub tag: Option<String>,
 }
 
 impl DeviceConfig {
@@ -62,6 +65,7 @@ impl DeviceConfig {
             queue_cpus: Vec::new(),
             migration: MigrationConfig::default(),
             journal: None,
+            tag: None,
         }
     }
 
@@ -164,14 +168,70 @@ impl Device {
             | VhostUserVirtioFeatures::LOG_ALL.bits()
     }
 
-    /// vhost-user protocol features we offer.
-    pub fn protocol_features() -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::MQ
+    /// vhost-user protocol features we offer (CONFIG only with `--tag`).
+    pub fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        Self::offered_protocol(&self.cfg)
+    }
+
+    /// The protocol features a device with `cfg` offers.
+    pub(super) fn offered_protocol(cfg: &DeviceConfig) -> VhostUserProtocolFeatures {
+        let base = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::RESET_DEVICE
             | VhostUserProtocolFeatures::LOG_SHMFD
-            | VhostUserProtocolFeatures::DEVICE_STATE
+            | VhostUserProtocolFeatures::DEVICE_STATE;
+        if cfg.tag.is_some() {
+            base | VhostUserProtocolFeatures::CONFIG
+        } else {
+            base
+        }
+    }
+
+    /// The virtio-fs configuration space: the tag (NUL-padded to 36 bytes)
+    /// and the number of request queues (little endian).
+    fn config_space(&self) -> [u8; 40] {
+        let mut c = [0u8; 40];
+        if let Some(t) = &self.cfg.tag {
+            let n = t.len().min(36);
+            c[..n].copy_from_slice(&t.as_bytes()[..n]);
+        }
+        let queues = self.cfg.max_queues.saturating_sub(1) as u32;
+        c[36..].copy_from_slice(&queues.to_le_bytes());
+        c
+    }
+
+    /// GET_CONFIG: the requested range of [`Device::config_space`], echoed
+    /// in the request's form; a range outside it gets an empty reply body,
+    /// as libvhost-user answers a failure (QEMU reports it as one).
+    fn get_config(&self, req: FrontendReq, body: &[u8]) -> Result<Vec<u8>> {
+        const HEAD: usize = std::mem::size_of::<VhostUserConfig>();
+        if self.acked_protocol & VhostUserProtocolFeatures::CONFIG.bits() == 0 {
+            return Err(VhostUserError::Unsupported(req.into()));
+        }
+        let head = body
+            .get(..HEAD)
+            .ok_or(VhostUserError::InvalidPayload(req))?;
+        let c = parse::<VhostUserConfig>(req, head)?;
+        let (off, size) = (c.offset as usize, c.size as usize);
+        let space = self.config_space();
+        match space.get(off..off.saturating_add(size)) {
+            Some(part) if body.len() == HEAD + size => {
+                let flags = VhostUserConfigFlags::empty();
+                let mut reply = VhostUserConfig::new(c.offset, c.size, flags)
+                    .as_slice()
+                    .to_vec();
+                reply.extend_from_slice(part);
+                Ok(reply)
+            }
+            _ => {
+                warn!(
+                    "GET_CONFIG of bytes {off}..{} of a 40-byte space",
+                    off + size
+                );
+                Ok(Vec::new())
+            }
+        }
     }
 
     /// The FUSE server behind the queues.
@@ -389,10 +449,10 @@ impl Device {
                 }
                 Ok(None)
             }
-            R::GET_PROTOCOL_FEATURES => Ok(Some(u64_reply(Self::protocol_features().bits()))),
+            R::GET_PROTOCOL_FEATURES => Ok(Some(u64_reply(self.protocol_features().bits()))),
             R::SET_PROTOCOL_FEATURES => {
                 let f = parse::<VhostUserU64>(req, body)?.value;
-                if f & !Self::protocol_features().bits() != 0 {
+                if f & !self.protocol_features().bits() != 0 {
                     return Err(VhostUserError::UnofferedFeatures(f));
                 }
                 self.acked_protocol = f;
@@ -450,6 +510,7 @@ impl Device {
             }
             R::SET_DEVICE_STATE_FD => Ok(Some(self.set_device_state_fd(req, body, fds))),
             R::CHECK_DEVICE_STATE => Ok(Some(u64_reply(self.check_device_state()))),
+            R::GET_CONFIG => Ok(Some(self.get_config(req, body)?)),
             R::SET_BACKEND_REQ_FD => {
                 // Not offered; a front-end sending it anyway gets its fd closed.
                 Ok(None)

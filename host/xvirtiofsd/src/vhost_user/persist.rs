@@ -87,7 +87,7 @@ impl Device {
             return Err(VhostUserError::ImportMismatch("number of virtqueues"));
         }
         if st.acked_features & !Self::features() != 0
-            || st.acked_protocol & !Self::protocol_features().bits() != 0
+            || st.acked_protocol & !Self::offered_protocol(&cfg).bits() != 0
         {
             return Err(VhostUserError::ImportMismatch(
                 "features this build does not offer",

@@ -509,6 +509,7 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         translate_uid: Vec::new(),
         translate_gid: Vec::new(),
         posix_acl: virtio_fs_ext::config::Negotiation::Never,
+        tag: None,
     }
 }
 
