@@ -13,14 +13,17 @@
 # Boot 3, --posix-acl: setfacl/getfacl in the guest on host files, default
 # ACL inheritance, the caller's umask where no default ACL applies, chmod and
 # the ACL mask agreeing.
-# Boot 4, as root with --uid-map/--gid-map :0:100000:65536: (what libvirt's
+# Boot 4, --killpriv-v2: a write by a non-owner (uid 1000, through a static
+# helper) clears setuid with FUSE_HANDLE_KILLPRIV_V2 negotiated; and STATX:
+# GNU stat in the guest shows the host's birth time.
+# Boot 5, as root with --uid-map/--gid-map :0:100000:65536: (what libvirt's
 # <idmap> passes; test_libvirt.sh does it through libvirt): the guest root's
 # files belong to host uid 100000, a host root file is nobody's, and a live
 # upgrade is refused with a reason while the daemon serves on.
-# Boot 5, --translate-uid/--translate-gid map:0:100000:65536 and
+# Boot 6, --translate-uid/--translate-gid map:0:100000:65536 and
 # forbid-guest:70000:1 (the daemon translates; no user namespace): owners
 # as with the namespace, and a chown to guest uid 70000 fails.
-# Boot 6, unprivileged (a system user, xvfs-idmap, with /etc/subuid and
+# Boot 7, unprivileged (a system user, xvfs-idmap, with /etc/subuid and
 # /etc/subgid ranges, created here if missing), started as libvirt's session
 # mode starts it (--fd, maps through newuidmap): its own uid is the guest's
 # root, its subordinate range the guest's other IDs.
@@ -135,6 +138,50 @@ assert_ok "--posix-acl: the inherited entry is on the host too" \
 assert_eq 640 "$(field umask-mode "$out")" "--posix-acl: without a default ACL the caller's umask (027) applies"
 assert_eq 640 "$(stat -c %a "$ACL/plain/m")" "--posix-acl: and the host file has that mode"
 assert_eq r-- "$(field mask-after-chmod "$out")" "--posix-acl: chmod 640 narrows the ACL mask (mode and ACL agree)"
+
+# ---- --killpriv-v2, and STATX ---------------------------------------------
+# A static helper for the guest: runs a command as another uid and gid.
+cat >"$VMT_DIR/as-uid.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    int id = atoi(argv[1]);
+    if (setgid(id) != 0 || setuid(id) != 0) { perror("as-uid"); return 2; }
+    execv(argv[2], argv + 2);
+    perror("as-uid: exec");
+    return 2;
+}
+C
+KPV=$VMT_DIR/killpriv
+mkdir -p "$KPV"
+cc -static -O2 -o "$KPV/as-uid" "$VMT_DIR/as-uid.c"
+echo 'made on the host' >"$KPV/host-made"
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+KPV_SCRIPT='
+S=/mnt/shared
+echo data >$S/suid && chmod 4777 $S/suid && echo before=$(stat -c %a $S/suid)
+$S/as-uid 1000 /bin/sh -c "echo more >>$S/suid" && echo wrote=yes
+echo after=$(stat -c %a $S/suid)
+echo btime=$(gnu-stat -c %W $S/host-made)
+echo btime-new=$(gnu-stat -c %W $S/suid)
+'
+rc=0
+DAEMON_ARGS="--killpriv-v2" vmt_guest "$KPV" "$KPV_SCRIPT" "$VMT_DIR/killpriv.out" || rc=$?
+out=$VMT_DIR/killpriv.out
+assert_eq 0 "$rc" "--killpriv-v2: guest script exit status"
+flags=$(sed -n 's/.*FUSE session started: protocol [0-9.]*, flags \(0x[0-9a-f]*\).*/\1/p' "$VMT_DIR/run/daemon.log" | head -n 1)
+assert_ok "--killpriv-v2: FUSE_HANDLE_KILLPRIV_V2 negotiated with the guest (flags ${flags:-none})" \
+    test "$(( ${flags:-0} >> 28 & 1 ))" = 1
+assert_eq 4777 "$(field before "$out")" "--killpriv-v2: a setuid file made in the guest"
+assert_eq yes "$(field wrote "$out")" "--killpriv-v2: uid 1000 writes to it"
+assert_eq 777 "$(field after "$out")" "--killpriv-v2: the write by a non-owner cleared setuid"
+assert_eq 777 "$(stat -c %a "$KPV/suid")" "--killpriv-v2: and on the host file"
+assert_eq "$(stat -c %W "$KPV/host-made")" "$(field btime "$out")" \
+    "STATX: the guest's birth time of a host file is the host's"
+assert_ok "STATX: a file made in the guest has a birth time ($(field btime-new "$out"))" \
+    test "$(field btime-new "$out")" -gt 0
 
 # ---- ID-mapped user namespace, as root -------------------------------------
 IDM=$VMT_DIR/idmap
