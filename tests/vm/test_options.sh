@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# VM test: every option and -o key of docs/virtiofsd-compat.md, one at a
+# time. An option that is served starts the daemon and a guest that mounts
+# the share and reads a host file through it; a refused one makes the daemon
+# exit with status 2 and the documented message, before anything is served.
+# First, every option named in the document must have a case here (so that
+# a row added there without a test fails here).
+#
+# The daemon is started by vmm-config/run-vm as `DAEMON --socket-path SOCK
+# --shared-dir DIR ARGS`; a small wrapper turns that into the `--socket`
+# alias or `-o source=DIR` where a case needs it, and --fd goes through
+# tests/vm/fd-launcher.py as libvirt would pass it. About 3 minutes.
+set -euo pipefail
+
+# shellcheck source=tests/vm/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+vmt_init options
+SHARE=$VMT_DIR/share
+mkdir -p "$SHARE"
+echo "read through the share" >"$SHARE/hello"
+REAL=$DAEMON
+
+# NAME|MODE|ARGS|EXPECT: NAME as the document names it; MODE plain, socket
+# (the --socket alias), source (-o source=), fd (--fd from a launcher);
+# EXPECT serve, or refuse:TEXT (exit 2, TEXT in the message).
+if [ -S /dev/log ]; then SYSLOG=serve; else SYSLOG="refuse3:no system logger"; fi
+CASES=(
+    "--shared-dir|plain||serve"
+    "--socket-path|plain||serve"
+    "--socket|socket||serve"
+    "--fd|fd||serve"
+    "--socket-group|plain|--socket-group root|serve"
+    "--tag|plain|--tag advertised|serve"
+    "--thread-pool-size|plain|--thread-pool-size 4|serve"
+    "--xattr|plain|--xattr|serve"
+    "--posix-acl|plain|--posix-acl=auto|serve"
+    "--xattrmap|plain|--xattr --xattrmap=:ok:all:security.capability:::map::user.virtiofs.:|serve"
+    "--sandbox|plain|--sandbox chroot|serve"
+    "--readonly|plain|--readonly|serve"
+    "--seccomp|plain|--seccomp log|serve"
+    "--announce-submounts|plain|--announce-submounts|serve"
+    "--no-announce-submounts|plain|--no-announce-submounts|serve"
+    "--inode-file-handles|plain|--inode-file-handles=never|serve"
+    "--inode-file-handles|plain|--inode-file-handles=prefer|refuse:is not supported"
+    "--inode-file-handles|plain|--inode-file-handles=mandatory|refuse:is not supported"
+    "--cache|plain|--cache metadata|serve"
+    "--allow-mmap|plain|--allow-mmap --cache never|serve"
+    "--no-readdirplus|plain|--no-readdirplus|serve"
+    "--writeback|plain|--writeback|serve"
+    "--allow-direct-io|plain|--allow-direct-io|serve"
+    "--modcaps|plain|--modcaps=-mknod|serve"
+    "--log-level|plain|--log-level debug|serve"
+    "--syslog|plain|--syslog|$SYSLOG"
+    "--rlimit-nofile|plain|--rlimit-nofile 4096|serve"
+    "-d|plain|-d|serve"
+    "--no-killpriv-v2|plain|--no-killpriv-v2|serve"
+    "--killpriv-v2|plain|--killpriv-v2|serve"
+    "-f|plain|-f|serve"
+    "--security-label|plain|--security-label=never|serve"
+    "--security-label|plain|--security-label|refuse:is not supported"
+    "--uid-map|plain|--uid-map=:0:100000:65536: --gid-map=:0:100000:65536:|serve"
+    "--gid-map|plain|--gid-map=:0:100000:65536:|serve"
+    "--translate-uid|plain|--translate-uid=host:100000:0:65536|serve"
+    "--translate-gid|plain|--translate-gid=squash-host:100000:0:65536|serve"
+    "--preserve-noatime|plain|--preserve-noatime|serve"
+    "--migration-mode|plain|--migration-mode file-handles|serve"
+    "--migration-on-error|plain|--migration-on-error guest-error|serve"
+    "--migration-verify-handles|plain|--migration-verify-handles|serve"
+    "--migration-confirm-paths|plain|--migration-confirm-paths|serve"
+    "--migration-verify-handles|plain|--migration-mode file-handles --migration-verify-handles|refuse:only apply to --migration-mode=find-paths"
+    "--no-device-nodes|plain|--no-device-nodes|serve"
+    "--no-setid|plain|--no-setid|serve"
+    "--crash-restart|plain|--crash-restart|serve"
+    "--crash-restart-limit|plain|--crash-restart --crash-restart-limit 3/60|serve"
+    "source|source||serve"
+    "cache|plain|-o cache=none|serve"
+    "loglevel|plain|-o loglevel=debug|serve"
+    "sandbox|plain|-o sandbox=chroot|serve"
+    "xattr|plain|-o xattr|serve"
+    "no_xattr|plain|-o no_xattr|serve"
+    "readdirplus|plain|-o readdirplus|serve"
+    "no_readdirplus|plain|-o no_readdirplus|serve"
+    "writeback|plain|-o writeback|serve"
+    "no_writeback|plain|-o no_writeback|serve"
+    "allow_direct_io|plain|-o allow_direct_io|serve"
+    "no_allow_direct_io|plain|-o no_allow_direct_io|serve"
+    "no_flock|plain|-o no_flock|serve"
+    "no_posix_lock|plain|-o no_posix_lock|serve"
+    "flock|plain|-o flock|refuse:is not supported"
+    "posix_lock|plain|-o posix_lock|refuse:is not supported"
+    "no_killpriv_v2|plain|-o no_killpriv_v2|serve"
+    "no_posix_acl|plain|-o no_posix_acl|serve"
+    "no_security_label|plain|-o no_security_label|serve"
+    "killpriv_v2|plain|-o killpriv_v2|serve"
+    "announce_submounts|plain|-o announce_submounts|serve"
+    "posix_acl|plain|-o posix_acl|serve"
+    "security_label|plain|-o security_label|refuse:is not supported"
+    "modcaps|plain|-o modcaps=-mknod|serve"
+    "xattrmap|plain|-o xattr,xattrmap=:ok:all:::|serve"
+)
+
+# ---- every option of the document has a case --------------------------------
+mapfile -t DOC < <(python3 - "$XVFS_ROOT/docs/virtiofsd-compat.md" <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("| `"):
+        continue
+    first = line.split(" | ")[0]
+    for tok in re.findall(r"`([^`]+)`", first):
+        name = re.split(r"[ \[=]", tok)[0]
+        print(name)
+PY
+)
+have=" $(printf '%s\n' "${CASES[@]}" | cut -d'|' -f1 | tr '\n' ' ') "
+missing=()
+for n in "${DOC[@]}"; do
+    case $n in -V | --version | -h | --help | --print-capabilities) continue ;; esac
+    [[ $have == *" $n "* ]] || missing+=("$n")
+done
+assert_eq "" "${missing[*]}" "every option of docs/virtiofsd-compat.md (${#DOC[@]} names) has a case here"
+
+# ---- options that print and exit ------------------------------------------
+assert_ok "-V prints the version" bash -c "'$REAL' -V | grep -q '^xvirtiofsd '"
+assert_ok "--version prints the version" bash -c "'$REAL' --version | grep -q '^xvirtiofsd '"
+assert_ok "-h prints the usage" bash -c "'$REAL' -h | grep -q -- '--shared-dir'"
+assert_ok "--help prints the options" bash -c "'$REAL' --help | grep -q -- '--posix-acl'"
+assert_ok "--print-capabilities prints the vhost-user JSON (type fs)" \
+    bash -c "'$REAL' --print-capabilities | python3 -c 'import json,sys; assert json.load(sys.stdin)[\"type\"] == \"fs\"'"
+
+# ---- one daemon per case ---------------------------------------------------
+# The wrapper run-vm starts: the --socket alias and -o source= forms.
+WRAP=$VMT_DIR/daemon-wrapper
+cat >"$WRAP" <<'SH'
+#!/bin/bash
+args=()
+while [ $# -gt 0 ]; do
+    case "$1:$OPT_MODE" in
+        --socket-path:socket) args+=(--socket "$2"); shift ;;
+        --shared-dir:source) args+=(-o "source=$2"); shift ;;
+        *) args+=("$1") ;;
+    esac
+    shift
+done
+exec "$OPT_DAEMON" "${args[@]}"
+SH
+chmod 755 "$WRAP"
+
+n=0
+for c in "${CASES[@]}"; do
+    IFS='|' read -r name mode args expect <<<"$c"
+    n=$((n + 1))
+    read -ra extra <<<"$args"
+    case $expect in
+        refuse*)
+            rc=0
+            out=$(timeout 20 "$REAL" --socket-path "$VMT_DIR/refused.sock" --shared-dir "$SHARE" \
+                "${extra[@]}" 2>&1 </dev/null) || rc=$?
+            want=2
+            [[ $expect != refuse3:* ]] || want=3
+            text=${expect#*:}
+            assert_eq "$want" "$rc" "$name ($args): refused, exit status $want"
+            assert_ok "$name ($args): says \"$text\"" grep -qF -- "$text" <<<"$out"
+            ;;
+        serve)
+            daemon=$WRAP
+            [ "$mode" != fd ] || daemon=$XVFS_ROOT/tests/vm/fd-launcher.py
+            rc=0
+            OPT_MODE=$mode OPT_DAEMON=$REAL XVFS_REAL_DAEMON=$REAL DAEMON=$daemon \
+                DAEMON_ARGS="$args" XVFS_TIMEOUT=120 \
+                vmt_guest "$SHARE" "cat /mnt/shared/hello" "$VMT_DIR/case-$n.out" >/dev/null || rc=$?
+            if [ "$rc" = 0 ] && grep -qx "read through the share" "$VMT_DIR/case-$n.out"; then
+                pass "$name ($args${mode:+, $mode}): serves a guest"
+            else
+                fail "$name ($args${mode:+, $mode}): the guest did not read the share (status $rc; daemon log:)"
+                tail -n 3 "$VMT_DIR/run/daemon.log" 2>/dev/null | sed 's/^/     /'
+            fi
+            ;;
+    esac
+done
+
+vmt_summary
