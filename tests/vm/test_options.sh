@@ -24,6 +24,7 @@ REAL=$DAEMON
 # NAME|MODE|ARGS|EXPECT: NAME as the document names it; MODE plain, socket
 # (the --socket alias), source (-o source=), fd (--fd from a launcher);
 # EXPECT serve, or refuse:TEXT (exit 2, TEXT in the message).
+# (--syslog is also checked below with a system logger of the test's own.)
 if [ -S /dev/log ]; then SYSLOG=serve; else SYSLOG="refuse3:no system logger"; fi
 CASES=(
     "--shared-dir|plain||serve"
@@ -127,6 +128,41 @@ assert_ok "-h prints the usage" bash -c "'$REAL' -h | grep -q -- '--shared-dir'"
 assert_ok "--help prints the options" bash -c "'$REAL' --help | grep -q -- '--posix-acl'"
 assert_ok "--print-capabilities prints the vhost-user JSON (type fs)" \
     bash -c "'$REAL' --print-capabilities | python3 -c 'import json,sys; assert json.load(sys.stdin)[\"type\"] == \"fs\"'"
+
+# ---- --syslog, with a system logger -----------------------------------------
+# In a mount namespace of its own, a tmpfs on /dev holds /dev/null and a
+# /dev/log datagram socket a small listener reads; the daemon starts with
+# --syslog and is stopped after a moment: its messages must be there, as
+# facility daemon, tagged xvirtiofsd[PID].
+SYSLOG_OUT=$VMT_DIR/syslog.txt
+cat >"$VMT_DIR/syslog-listener.py" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/dev/log")
+s.settimeout(6)
+with open(sys.argv[1], "w") as out:
+    try:
+        while True:
+            out.write(s.recv(4096).decode(errors="replace") + "\n")
+            out.flush()
+    except socket.timeout:
+        pass
+PY
+rc=0
+# shellcheck disable=SC2016 # expanded by the inner shell, from its arguments
+timeout 30 unshare -m --propagation private bash -c '
+    mount -t tmpfs tmpfs /dev && mknod -m 666 /dev/null c 1 3 || exit 9
+    python3 "$1" "$2" & L=$!
+    for _ in $(seq 50); do [ -S /dev/log ] && break; sleep 0.1; done
+    timeout -s TERM 2 "$3" --syslog --socket-path "$4/syslog.sock" --shared-dir "$5" </dev/null >"$4/syslog-stderr.txt" 2>&1
+    wait $L' _ "$VMT_DIR/syslog-listener.py" "$SYSLOG_OUT" "$REAL" "$VMT_DIR" "$SHARE" || rc=$?
+assert_ok "--syslog: the daemon's messages reach the system logger" grep -q "serving $SHARE" "$SYSLOG_OUT"
+assert_ok "--syslog: as facility daemon, priority info (<30>), tagged xvirtiofsd[PID]" \
+    grep -qE '^<30>.*xvirtiofsd\[[0-9]+\]: .*serving' "$SYSLOG_OUT"
+SYSLOG_PID=$(sed -n 's/.*xvirtiofsd\[\([0-9]*\)\]: .*serving.*/\1/p' "$SYSLOG_OUT" | head -n 1)
+assert_ok "--syslog: the tag's pid is the host's (${SYSLOG_PID:-none}), not 1 of the PID namespace" \
+    test "${SYSLOG_PID:-1}" -gt 1
+assert_eq 0 "$(grep -c 'serving' "$VMT_DIR/syslog-stderr.txt")" "--syslog: and not to standard error"
 
 # ---- one daemon per case ---------------------------------------------------
 # The wrapper run-vm starts: the --socket alias and -o source= forms.

@@ -47,9 +47,15 @@ pub const SYSLOG_SOCKET: &str = "/dev/log";
 /// (`--syslog`). Call before the sandbox: it connects to `/dev/log` now.
 /// Fails, leaving standard error in use, when no system logger listens
 /// there (messages would otherwise be lost without a word).
+/// Messages are tagged `xvirtiofsd[PID]` with the host pid of the process
+/// that serves (inside its PID namespace the C library's would be 1): call
+/// again in the daemon once it is known.
 pub fn use_syslog() -> std::io::Result<()> {
     std::os::unix::net::UnixDatagram::unbound()?.connect(SYSLOG_SOCKET)?;
-    crate::sys::open_syslog();
+    let ident = format!("xvirtiofsd[{}]", crate::sandbox::serving_pid());
+    // openlog keeps the pointer: the tag lives as long as the process.
+    let ident = std::ffi::CString::new(ident).map_err(std::io::Error::other)?;
+    crate::sys::open_syslog(Box::leak(ident.into_boxed_c_str()));
     SYSLOG.store(true, Ordering::Release);
     Ok(())
 }

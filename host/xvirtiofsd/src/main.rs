@@ -83,7 +83,12 @@ fn main() -> ExitCode {
             Ok(sandbox::Role::Supervisor(child)) => {
                 return ExitCode::from(u8::try_from(sandbox::supervise(child)).unwrap_or(1));
             }
-            Ok(sandbox::Role::Daemon) => {}
+            Ok(sandbox::Role::Daemon) => {
+                if opt.syslog {
+                    // Tagged with this process's host pid from now on.
+                    let _ = logger::use_syslog();
+                }
+            }
             Err(e) => {
                 error!("{}", error_chain(&e));
                 return ExitCode::from(EXIT_SETUP);

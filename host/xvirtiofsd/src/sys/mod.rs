@@ -540,16 +540,10 @@ pub fn lock_and_write(fd: BorrowedFd<'_>, text: &str) -> io::Result<()> {
 
 /// Connects to the system logger now (`LOG_NDELAY`), facility daemon, so
 /// that logging keeps working once the sandbox hides `/dev/log`.
-pub fn open_syslog() {
+pub fn open_syslog(ident: &'static std::ffi::CStr) {
     // SAFETY: the ident is a static NUL-terminated string, valid for the
     // whole process as openlog requires; the flags are plain constants.
-    unsafe {
-        libc::openlog(
-            c"xvirtiofsd".as_ptr(),
-            libc::LOG_PID | libc::LOG_NDELAY,
-            libc::LOG_DAEMON,
-        )
-    };
+    unsafe { libc::openlog(ident.as_ptr(), libc::LOG_NDELAY, libc::LOG_DAEMON) };
 }
 
 /// Sends one message to the system logger at `priority` (`LOG_ERR`…).
