@@ -59,7 +59,8 @@ CASES=(
     "--killpriv-v2|plain|--killpriv-v2|serve"
     "-f|plain|-f|serve"
     "--security-label|plain|--security-label=never|serve"
-    "--security-label|plain|--security-label|refuse:is not supported"
+    "--security-label|plain|--security-label|serve"
+    "--security-label|plain|--security-label=auto|serve"
     "--uid-map|plain|--uid-map=:0:100000:65536: --gid-map=:0:100000:65536:|serve"
     "--gid-map|plain|--gid-map=:0:100000:65536:|serve"
     "--translate-uid|plain|--translate-uid=host:100000:0:65536|serve"
@@ -96,7 +97,7 @@ CASES=(
     "killpriv_v2|plain|-o killpriv_v2|serve"
     "announce_submounts|plain|-o announce_submounts|serve"
     "posix_acl|plain|-o posix_acl|serve"
-    "security_label|plain|-o security_label|refuse:is not supported"
+    "security_label|plain|-o security_label|serve"
     "modcaps|plain|-o modcaps=-mknod|serve"
     "xattrmap|plain|-o xattr,xattrmap=:ok:all:::|serve"
 )

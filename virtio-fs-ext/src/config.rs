@@ -14,12 +14,12 @@ pub enum Negotiation {
     Always,
 }
 
-impl From<Negotiation> for xvfs_fs::passthrough::AclMode {
+impl From<Negotiation> for xvfs_fs::passthrough::Offer {
     fn from(n: Negotiation) -> Self {
         match n {
-            Negotiation::Never => xvfs_fs::passthrough::AclMode::Never,
-            Negotiation::Auto => xvfs_fs::passthrough::AclMode::Auto,
-            Negotiation::Always => xvfs_fs::passthrough::AclMode::Always,
+            Negotiation::Never => xvfs_fs::passthrough::Offer::Never,
+            Negotiation::Auto => xvfs_fs::passthrough::Offer::Auto,
+            Negotiation::Always => xvfs_fs::passthrough::Offer::Always,
         }
     }
 }

@@ -67,6 +67,8 @@ pub struct ConfigState {
     pub translate_gid: Vec<String>,
     /// `--posix-acl` (format version 6).
     pub posix_acl: crate::config::Negotiation,
+    /// `--security-label` (format version 6).
+    pub security_label: crate::config::Negotiation,
     /// `--tag` (format version 6).
     pub tag: Option<String>,
 }
@@ -279,6 +281,7 @@ mod tests {
                 translate_uid: Vec::new(),
                 translate_gid: Vec::new(),
                 posix_acl: crate::config::Negotiation::Never,
+                security_label: crate::config::Negotiation::Never,
                 tag: None,
             },
             vhost_socket_fd: 0,

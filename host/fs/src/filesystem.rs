@@ -398,6 +398,19 @@ pub trait FileSystem: Send + Sync {
         nosys()
     }
 
+    /// FUSE_SECURITY_CTX: sets the security context `value` (attribute
+    /// `attr`, a `security.` name) the guest's security module gave the
+    /// file `node` it has just created, whatever its type.
+    fn set_security_context(
+        &self,
+        ctx: Context,
+        node: u64,
+        attr: &CStr,
+        value: &[u8],
+    ) -> io::Result<()> {
+        nosys()
+    }
+
     /// SETXATTR.
     fn setxattr(
         &self,

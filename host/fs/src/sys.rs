@@ -426,6 +426,28 @@ pub fn major_minor(dev: u64) -> (u32, u32) {
     (libc::major(dev), libc::minor(dev))
 }
 
+/// `fchdir(2)`.
+pub fn fchdir(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: valid descriptor.
+    check(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
+}
+
+/// `setxattr(2)` of `path` (relative to the working directory; a magic
+/// link of /proc/self/fd names the file it refers to).
+pub fn setxattr_path(path: &CStr, name: &CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: valid C strings; the value pointer and length describe `value`.
+    check(unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
 /// `fchmod(2)` (works on a descriptor opened read-only).
 pub fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
     // SAFETY: valid descriptor.

@@ -232,18 +232,18 @@ fn setxattr(h: &Harness, node: u64, name: &str, value: &[u8], kill_sgid: bool) -
 
 #[test]
 fn posix_acl_negotiates_all_three_flags_or_none_and_always_requires_them() {
-    use xvfs_fs::passthrough::AclMode;
+    use xvfs_fs::passthrough::Offer;
     let acl = init_flags::POSIX_ACL | init_flags::DONT_MASK | init_flags::SETXATTR_EXT;
-    let h = Harness::uninit(|c| c.posix_acl = AclMode::Auto);
+    let h = Harness::uninit(|c| c.posix_acl = Offer::Auto);
     assert_eq!(negotiated(&h, u64::MAX) & acl, acl);
-    let h = Harness::uninit(|c| c.posix_acl = AclMode::Auto);
+    let h = Harness::uninit(|c| c.posix_acl = Offer::Auto);
     let f = negotiated(&h, !init_flags::DONT_MASK);
     assert_eq!(
         f & (init_flags::POSIX_ACL | init_flags::DONT_MASK),
         0,
         "all three or none"
     );
-    let h = Harness::uninit(|c| c.posix_acl = AclMode::Always);
+    let h = Harness::uninit(|c| c.posix_acl = Offer::Always);
     let r = h.init(7, 41, !(init_flags::POSIX_ACL as u32), u32::MAX);
     assert_eq!(
         r.err(),
@@ -260,7 +260,7 @@ fn posix_acl_negotiates_all_three_flags_or_none_and_always_requires_them() {
 #[test]
 fn acl_attributes_need_posix_acl_and_umask_yields_to_default_acls() {
     use std::os::unix::fs::PermissionsExt;
-    use xvfs_fs::passthrough::AclMode;
+    use xvfs_fs::passthrough::Offer;
     let mode = |h: &Harness, p: &str| {
         std::fs::metadata(h.dir.join(p))
             .unwrap()
@@ -285,7 +285,7 @@ fn acl_attributes_need_posix_acl_and_umask_yields_to_default_acls() {
 
     let h = Harness::with(|c| {
         c.xattr = true;
-        c.posix_acl = AclMode::Always;
+        c.posix_acl = Offer::Always;
     });
     // No default ACL: the umask the guest sent applies (0o022 from mkdir).
     let d: abi::EntryOut = h.mkdir(ROOT, "d", 0o777).parse();
@@ -321,4 +321,146 @@ fn acl_attributes_need_posix_acl_and_umask_yields_to_default_acls() {
     )
     .ok();
     assert_eq!(mode(&h, "d") & libc::S_ISGID, 0);
+}
+
+/// A request with extensions `ext` after `body`.
+fn req_ext(h: &Harness, op: u32, node: u64, body: &[u8], ext: &[u8]) -> Reply {
+    use abi::Wire;
+    assert_eq!(ext.len() % 8, 0);
+    let mut hd = h.header(op, node, body.len() + ext.len());
+    hd.total_extlen = (ext.len() / 8) as u16;
+    let (_, out) = h.raw(&cat(&[&hd.to_bytes(), body, ext]), ROOM);
+    let oh = abi::OutHeader::from_bytes(&out).unwrap();
+    Reply {
+        error: oh.error,
+        unique: oh.unique,
+        body: out[abi::OutHeader::SIZE..].to_vec(),
+        written: out.len(),
+    }
+}
+
+/// The kernel's security-context extension: one context.
+fn secctx_ext(attr: &str, value: &[u8]) -> Vec<u8> {
+    let mut body = (value.len() as u32).to_le_bytes().to_vec();
+    body.extend_from_slice(&[0; 4]);
+    body.extend_from_slice(attr.as_bytes());
+    body.push(0);
+    body.extend_from_slice(value);
+    let size = (8 + body.len()).next_multiple_of(8);
+    let mut v = (size as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(&1u32.to_le_bytes());
+    v.extend_from_slice(&body);
+    v.resize(size, 0);
+    v
+}
+
+fn xattr_of(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
+    let p = CString::new(path.to_str().unwrap()).unwrap();
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid C strings; the buffer is writable for its length.
+    let r = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (r >= 0).then(|| buf[..r as usize].to_vec())
+}
+
+#[test]
+fn security_label_sets_the_guests_context_on_what_it_creates() {
+    use abi::{opcode, Wire};
+    use xvfs_fs::passthrough::Offer;
+    let h = Harness::uninit(|c| {
+        c.xattr = true;
+        c.security_label = Offer::Auto;
+    });
+    assert_ne!(negotiated(&h, u64::MAX) & init_flags::SECURITY_CTX, 0);
+    // (A security.* name no security module of the host claims: root sets
+    // it as a plain attribute.)
+    let label = "security.xvfs-test";
+    let mk = abi::MkdirIn {
+        mode: 0o755,
+        umask: 0,
+    };
+    let r = req_ext(
+        &h,
+        opcode::MKDIR,
+        ROOT,
+        &cat(&[&mk.to_bytes(), &cname("d")]),
+        &secctx_ext(label, b"ctx-dir\0"),
+    );
+    assert_eq!(r.error, 0);
+    assert_eq!(
+        xattr_of(&h.dir.join("d"), label).as_deref(),
+        Some(&b"ctx-dir\0"[..])
+    );
+    // A symlink is labelled itself, not its target.
+    let r = req_ext(
+        &h,
+        opcode::SYMLINK,
+        ROOT,
+        &cat(&[&cname("l"), &cname("d")]),
+        &secctx_ext(label, b"ctx-link"),
+    );
+    assert_eq!(r.error, 0);
+    assert_eq!(
+        xattr_of(&h.dir.join("l"), label).as_deref(),
+        Some(&b"ctx-link"[..])
+    );
+    assert_eq!(
+        xattr_of(&h.dir.join("d"), label).as_deref(),
+        Some(&b"ctx-dir\0"[..])
+    );
+    // CREATE: labelled and open.
+    let c = abi::CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: 0o644,
+        umask: 0,
+        open_flags: 0,
+    };
+    let r = req_ext(
+        &h,
+        opcode::CREATE,
+        ROOT,
+        &cat(&[&c.to_bytes(), &cname("f")]),
+        &secctx_ext(label, b"ctx-file"),
+    );
+    assert_eq!(r.error, 0);
+    assert_eq!(
+        xattr_of(&h.dir.join("f"), label).as_deref(),
+        Some(&b"ctx-file"[..])
+    );
+    // An extension with no context: created, not labelled.
+    let none = [8u32.to_le_bytes(), 0u32.to_le_bytes()].concat();
+    let r = req_ext(
+        &h,
+        opcode::MKDIR,
+        ROOT,
+        &cat(&[&mk.to_bytes(), &cname("plain")]),
+        &none,
+    );
+    assert_eq!(r.error, 0);
+    assert_eq!(xattr_of(&h.dir.join("plain"), label), None);
+    // security.capability is refused, and nothing is created.
+    let r = req_ext(
+        &h,
+        opcode::MKDIR,
+        ROOT,
+        &cat(&[&mk.to_bytes(), &cname("cap")]),
+        &secctx_ext("security.capability", b"x"),
+    );
+    assert_eq!(r.error, -libc::EPERM);
+    assert!(!h.dir.join("cap").exists());
+    // A context the host refuses to set (a value over the 64 KiB xattr
+    // limit): the new directory is removed and the create fails.
+    let big = vec![b'x'; 70_000];
+    let r = req_ext(
+        &h,
+        opcode::MKDIR,
+        ROOT,
+        &cat(&[&mk.to_bytes(), &cname("big")]),
+        &secctx_ext(label, &big),
+    );
+    assert_ne!(r.error, 0);
+    assert!(
+        !h.dir.join("big").exists(),
+        "a file that cannot be labelled is not kept"
+    );
 }

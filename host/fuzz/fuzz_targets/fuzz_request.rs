@@ -60,6 +60,7 @@ fn server() -> &'static PassthroughServer {
             announce_submounts: false,
             ids: Default::default(),
             posix_acl: Default::default(),
+            security_label: Default::default(),
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

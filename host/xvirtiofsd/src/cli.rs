@@ -354,10 +354,17 @@ pub struct Opt {
     #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "always")]
     pub posix_acl: Option<Negotiation>,
 
-    /// Security labels (FUSE_SECURITY_CTX): only `never` is supported; other
-    /// modes are refused.
-    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "always")]
-    pub security_label: Option<String>,
+    /// Security labels (implies --xattr): offer FUSE_SECURITY_CTX, so that
+    /// a file the guest creates gets, before the guest sees it, the security
+    /// context its security module (SELinux) gave it, as the `security.`
+    /// attribute it names; a file that cannot be labelled is removed and
+    /// the create fails. `security.capability` is never accepted. `auto`: if
+    /// the guest takes it; `always` (also the bare option): a guest that
+    /// does not is refused at INIT; `never` (the default). On a host whose
+    /// own security module does not handle the attribute, setting it needs
+    /// CAP_SYS_ADMIN (--modcaps=+sys_admin).
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "always")]
+    pub security_label: Option<Negotiation>,
 
     /// Change the capabilities kept as root (default: chown, dac_override,
     /// fowner, fsetid, setgid, setuid, mknod, setfcap), virtiofsd's syntax:
@@ -430,8 +437,8 @@ pub struct Opt {
     /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, xattrmap=…,
     /// killpriv_v2, no_killpriv_v2, announce_submounts, and the defaults
     /// no_flock, no_posix_lock,
-    /// posix_acl, no_posix_acl, no_security_label. Keys for what is not
-    /// supported (flock, posix_lock, security_label) are refused.
+    /// posix_acl, no_posix_acl, security_label, no_security_label. Keys for
+    /// what is not supported (flock, posix_lock) are refused.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
 
@@ -501,7 +508,6 @@ pub enum CliError {
 }
 
 const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
-const NO_LABEL: &str = "security labels (FUSE_SECURITY_CTX) are not served";
 
 fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
     CliError::Unsupported {
@@ -564,13 +570,13 @@ impl Opt {
                 ("no_killpriv_v2", None) => self.killpriv_v2 = false,
                 ("no_flock" | "no_posix_lock", None) => {}
                 ("no_posix_acl", None) => self.posix_acl = Some(Negotiation::Never),
-                ("no_security_label", None) => {}
+                ("no_security_label", None) => self.security_label = Some(Negotiation::Never),
                 ("flock" | "posix_lock", None) => {
                     return Err(unsupported(format!("-o {key}"), NO_LOCKS))
                 }
                 ("killpriv_v2", None) => self.killpriv_v2 = true,
                 ("posix_acl", None) => self.posix_acl = Some(Negotiation::Always),
-                ("security_label", None) => return Err(unsupported("-o security_label", NO_LABEL)),
+                ("security_label", None) => self.security_label = Some(Negotiation::Always),
                 ("announce_submounts", None) => self.announce_submounts = true,
                 ("xattrmap", Some(v)) => self.xattrmap = Some(v.to_string()),
                 ("modcaps", Some(v)) => self.modcaps = Some(v.to_string()),
@@ -599,6 +605,12 @@ impl Opt {
         }
         xvfs_fs::ids::Translation::parse(&self.translate_uid, &self.translate_gid)
             .map_err(CliError::Translate)?;
+        if matches!(
+            self.security_label,
+            Some(Negotiation::Auto | Negotiation::Always)
+        ) {
+            self.xattr = true;
+        }
         if matches!(
             self.posix_acl,
             Some(Negotiation::Auto | Negotiation::Always)
@@ -656,16 +668,11 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 3] = [
+        let refused: [(bool, &str, &'static str); 2] = [
             (
                 matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
                 "--inode-file-handles",
                 "inodes are held as O_PATH descriptors (only `never`)",
-            ),
-            (
-                matches!(&self.security_label, Some(m) if m != "never"),
-                "--security-label",
-                NO_LABEL,
             ),
             (
                 handles && (self.migration_verify_handles || self.migration_confirm_paths),
@@ -799,7 +806,6 @@ mod tests {
         for extra in [
             &["--inode-file-handles=prefer"][..],
             &["--inode-file-handles=mandatory"],
-            &["--security-label"],
             &[
                 "--migration-mode=file-handles",
                 "--migration-verify-handles",
@@ -830,6 +836,8 @@ mod tests {
             &["--killpriv-v2"],
             &["-o", "killpriv_v2"],
             &["--security-label=never"],
+            &["--security-label"],
+            &["-o", "security_label"],
             &["--posix-acl=never"],
             &["--tag", "shared"],
             &["--posix-acl"],

@@ -55,6 +55,7 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         translate_uid: opt.translate_uid.clone(),
         translate_gid: opt.translate_gid.clone(),
         posix_acl: opt.posix_acl.unwrap_or(Negotiation::Never),
+        security_label: opt.security_label.unwrap_or(Negotiation::Never),
         tag: opt.tag.clone(),
     }
 }
@@ -100,6 +101,7 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
         allow_mmap: c.allow_mmap,
         announce_submounts: c.announce_submounts,
         posix_acl: c.posix_acl.into(),
+        security_label: c.security_label.into(),
         ids: xvfs_fs::ids::Translation::parse(&c.translate_uid, &c.translate_gid)
             .map_err(SetupError::Translate)?,
     })

@@ -155,6 +155,7 @@ mod tests {
             translate_uid: Vec::new(),
             translate_gid: Vec::new(),
             posix_acl: virtio_fs_ext::config::Negotiation::Never,
+            security_label: virtio_fs_ext::config::Negotiation::Never,
             tag: None,
         }
     }

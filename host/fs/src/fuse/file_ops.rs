@@ -58,7 +58,12 @@ pub(crate) fn create<F: FileSystem>(
         umask: q.ctx_create(c.umask).umask,
         ..q.ctx_kill(c.open_flags & flags::OPEN_KILL_SUIDGID != 0)
     };
+    let sec = q.secctx()?;
     let (e, o) = q.fs.create(ctx, q.h.nodeid, name, c.mode, c.flags)?;
+    q.label(sec, &e, |fs| {
+        let _ = fs.release(q.ctx(), e.inode, o.fh);
+        let _ = fs.unlink(q.ctx(), q.h.nodeid, name);
+    })?;
     reply_created(q, &e, &o, w)
 }
 
@@ -71,8 +76,12 @@ pub(crate) fn tmpfile<F: FileSystem>(
     // The kernel sends the placeholder name "/" here; it is not used.
     let _ = b.cstr()?;
     b.end()?;
+    let sec = q.secctx()?;
     let (e, o) =
         q.fs.tmpfile(q.ctx_create(c.umask), q.h.nodeid, c.mode, c.flags)?;
+    q.label(sec, &e, |fs| {
+        let _ = fs.release(q.ctx(), e.inode, o.fh);
+    })?;
     reply_created(q, &e, &o, w)
 }
 

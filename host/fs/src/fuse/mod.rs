@@ -6,6 +6,7 @@ pub mod abi;
 mod file_ops;
 pub mod io;
 mod ops;
+mod secctx;
 pub mod server;
 pub mod session;
 mod wire;

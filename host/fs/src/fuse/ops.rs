@@ -110,8 +110,11 @@ pub(crate) fn symlink<F: FileSystem>(
     if tl > PATH_MAX {
         return Err(Error::BadName(libc::ENAMETOOLONG));
     }
+    let sec = q.secctx()?;
     let e = q.fs.symlink(q.ctx(), q.h.nodeid, name, target)?;
-    q.reply_entry(w, &e)
+    q.reply_labelled(w, sec, &e, |fs| {
+        let _ = fs.unlink(q.ctx(), q.h.nodeid, name);
+    })
 }
 
 pub(crate) fn mknod<F: FileSystem>(
@@ -122,9 +125,12 @@ pub(crate) fn mknod<F: FileSystem>(
     let m: MknodIn = b.take()?;
     let name = b.name()?;
     b.end()?;
+    let sec = q.secctx()?;
     let e =
         q.fs.mknod(q.ctx_create(m.umask), q.h.nodeid, name, m.mode, m.rdev)?;
-    q.reply_entry(w, &e)
+    q.reply_labelled(w, sec, &e, |fs| {
+        let _ = fs.unlink(q.ctx(), q.h.nodeid, name);
+    })
 }
 
 pub(crate) fn mkdir<F: FileSystem>(
@@ -135,9 +141,12 @@ pub(crate) fn mkdir<F: FileSystem>(
     let m: MkdirIn = b.take()?;
     let name = b.name()?;
     b.end()?;
+    let sec = q.secctx()?;
     let e =
         q.fs.mkdir(q.ctx_create(m.umask), q.h.nodeid, name, m.mode)?;
-    q.reply_entry(w, &e)
+    q.reply_labelled(w, sec, &e, |fs| {
+        let _ = fs.rmdir(q.ctx(), q.h.nodeid, name);
+    })
 }
 
 pub(crate) fn unlink<F: FileSystem>(

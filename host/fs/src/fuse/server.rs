@@ -62,6 +62,7 @@ pub const SERVER_INIT_FLAGS: u64 = {
         | SUBMOUNTS
         | POSIX_ACL
         | DONT_MASK
+        | SECURITY_CTX
 };
 
 /// The FUSE server: `Send + Sync`, called concurrently by every queue worker.
@@ -188,24 +189,27 @@ impl<F: FileSystem> Server<F> {
         if h.opcode != opcode::INIT && self.session.get().is_none() {
             return Err(Error::NotInitialized);
         }
-        let q = Req {
+        let mut q = Req {
             fs: &self.fs,
             caps: &self.caps,
             session: &self.session,
             h,
+            ext: &[],
         };
         if h.opcode == opcode::WRITE {
             return file_ops::write(&q, r, body_len, w);
         }
-        if body_len > MAX_BODY {
+        if body_len + ext > MAX_BODY {
             return Err(Error::Errno(libc::E2BIG));
         }
-        let mut body = vec![0u8; body_len];
+        let mut body = vec![0u8; body_len + ext];
         r.read_exact(&mut body).map_err(|_| Error::Truncated)?;
+        let (body, extensions) = body.split_at(body_len);
+        q.ext = extensions;
         if let Some(payload) = min_reply(h.opcode) {
             need(w, payload)?;
         }
-        self.dispatch(&q, Body { b: &body }, w)
+        self.dispatch(&q, Body { b: body }, w)
     }
 
     /// The table: one function per opcode.

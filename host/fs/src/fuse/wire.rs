@@ -73,6 +73,8 @@ pub(crate) struct Req<'a, F> {
     pub caps: &'a Capabilities,
     pub session: &'a Session,
     pub h: &'a abi::InHeader,
+    /// The request's extensions (`total_extlen`), after its body.
+    pub ext: &'a [u8],
 }
 
 impl<F: FileSystem> Req<'_, F> {

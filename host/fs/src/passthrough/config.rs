@@ -7,16 +7,15 @@ use std::time::Duration;
 
 use super::XattrMap;
 
-/// `--posix-acl`: whether POSIX ACLs are served.
+/// Whether a FUSE feature is offered (`--posix-acl`, `--security-label`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AclMode {
-    /// Not offered; the ACL attributes get EOPNOTSUPP.
+pub enum Offer {
+    /// Not offered (POSIX ACLs: their attributes get EOPNOTSUPP).
     #[default]
     Never,
-    /// Offered (FUSE_POSIX_ACL with DONT_MASK and SETXATTR_EXT); served if
-    /// the guest takes them.
+    /// Offered; served if the guest takes it.
     Auto,
-    /// Offered, and a guest that does not take them is refused at INIT.
+    /// Offered, and a guest that does not take it is refused at INIT.
     Always,
 }
 
@@ -91,8 +90,11 @@ pub struct Config {
     /// submount of its own (own device number), if the guest offers
     /// FUSE_SUBMOUNTS.
     pub announce_submounts: bool,
-    /// `--posix-acl`.
-    pub posix_acl: AclMode,
+    /// `--posix-acl`: FUSE_POSIX_ACL with DONT_MASK and SETXATTR_EXT.
+    pub posix_acl: Offer,
+    /// `--security-label`: FUSE_SECURITY_CTX; the security context a guest
+    /// sends with a create is set on the new file.
+    pub security_label: Offer,
     /// `--translate-uid`, `--translate-gid`: done by the FUSE layer.
     pub ids: crate::ids::Translation,
 }
@@ -116,7 +118,8 @@ impl Default for Config {
             allow_mmap: false,
             announce_submounts: false,
             ids: crate::ids::Translation::default(),
-            posix_acl: AclMode::Never,
+            posix_acl: Offer::Never,
+            security_label: Offer::Never,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use super::table::{lock, Inode};
 use super::{err, PassthroughFs, XattrReply};
@@ -150,6 +150,25 @@ impl PassthroughFs {
         };
         // A size query; an error (ENODATA) means none.
         sys::fgetxattr(fd.as_fd(), c"system.posix_acl_default", &mut []).is_ok_and(|n| n > 0)
+    }
+
+    /// See [`crate::filesystem::FileSystem::set_security_context`]. Set
+    /// through the node's `/proc/self/fd` name (which names the file itself,
+    /// a symlink or device too), with the working directory the daemon's
+    /// `/proc/self/fd`: every thread that labels moves it there, and nothing
+    /// else in the daemon resolves a relative path.
+    pub(crate) fn set_security_context(
+        &self,
+        id: u64,
+        attr: &CStr,
+        value: &[u8],
+    ) -> io::Result<()> {
+        self.writable()?;
+        let inode = self.inode(id)?;
+        let attr = &*self.host_xattr(attr)?;
+        sys::fchdir(self.proc_self_fd.as_fd())?;
+        let name = sys::fd_name(inode.fd().as_raw_fd());
+        sys::setxattr_path(&name, attr, value)
     }
 
     pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {

@@ -20,10 +20,12 @@ impl FileSystem for PassthroughFs {
             readonly: self.cfg.readonly,
             timeout: self.cfg.cache.timeout(),
             ids: self.cfg.ids.clone(),
-            required_init_flags: if self.cfg.posix_acl == super::AclMode::Always {
-                crate::abi::init_flags::POSIX_ACL
-            } else {
-                0
+            required_init_flags: {
+                use crate::abi::init_flags::{POSIX_ACL, SECURITY_CTX};
+                let always =
+                    |o: super::Offer, f: u64| if o == super::Offer::Always { f } else { 0 };
+                always(self.cfg.posix_acl, POSIX_ACL)
+                    | always(self.cfg.security_label, SECURITY_CTX)
             },
         }
     }
@@ -260,6 +262,10 @@ impl FileSystem for PassthroughFs {
 
     fn listxattr(&self, _: Ctx, node: u64, size: u32) -> io::Result<XattrReply> {
         PassthroughFs::listxattr(self, node, size)
+    }
+
+    fn set_security_context(&self, _: Ctx, node: u64, attr: &CStr, value: &[u8]) -> io::Result<()> {
+        PassthroughFs::set_security_context(self, node, attr, value)
     }
 
     fn removexattr(&self, _: Ctx, node: u64, name: &CStr) -> io::Result<()> {

@@ -54,7 +54,7 @@ use crate::abi::{flags as fflags, fopen, init_flags};
 use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
 
-pub use self::config::{AclMode, CachePolicy, Config, Error, SharedDir};
+pub use self::config::{CachePolicy, Config, Error, Offer, SharedDir};
 
 use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
 pub use crate::filesystem::{DirEntry, Entry, XattrReply};
@@ -213,8 +213,11 @@ impl PassthroughFs {
         if cfg.xattr {
             f |= SETXATTR_EXT;
         }
-        if cfg.posix_acl != AclMode::Never {
+        if cfg.posix_acl != Offer::Never {
             f |= POSIX_ACL | DONT_MASK | SETXATTR_EXT;
+        }
+        if cfg.security_label != Offer::Never {
+            f |= SECURITY_CTX;
         }
         if cfg.killpriv_v2 {
             f |= HANDLE_KILLPRIV_V2;

@@ -113,6 +113,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         announce_submounts: false,
         ids: Default::default(),
         posix_acl: Default::default(),
+        security_label: Default::default(),
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -509,6 +510,7 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         translate_uid: Vec::new(),
         translate_gid: Vec::new(),
         posix_acl: virtio_fs_ext::config::Negotiation::Never,
+        security_label: virtio_fs_ext::config::Negotiation::Never,
         tag: None,
     }
 }
