@@ -69,6 +69,10 @@ pub struct ConfigState {
     pub posix_acl: crate::config::Negotiation,
     /// `--security-label` (format version 6).
     pub security_label: crate::config::Negotiation,
+    /// `-o posix_lock` (format version 6).
+    pub posix_lock: bool,
+    /// `-o flock` (format version 6).
+    pub flock: bool,
     /// `--tag` (format version 6).
     pub tag: Option<String>,
 }
@@ -282,6 +286,8 @@ mod tests {
                 translate_gid: Vec::new(),
                 posix_acl: crate::config::Negotiation::Never,
                 security_label: crate::config::Negotiation::Never,
+                posix_lock: false,
+                flock: false,
                 tag: None,
             },
             vhost_socket_fd: 0,
@@ -303,6 +309,7 @@ mod tests {
                 next_id: 3,
                 inodes: Vec::new(),
                 handles: Vec::new(),
+                locks: Vec::new(),
             },
             session: None,
             fs_fd_base: 1,

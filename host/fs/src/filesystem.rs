@@ -121,6 +121,48 @@ pub struct DirEntry<'a> {
     pub name: &'a [u8],
 }
 
+/// What a lock request asks for (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// Shared (a read lock; `LOCK_SH` for flock).
+    Read,
+    /// Exclusive (a write lock; `LOCK_EX`).
+    Write,
+    /// None: unlock (GETLK's answer when nothing conflicts).
+    Unlock,
+}
+
+/// A byte-range lock, as FUSE gives it: `start..=end`, with `end`
+/// [`Lock::TO_END`] for "to the end of the file" (flock locks are whole-file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lock {
+    /// Shared, exclusive or none.
+    pub kind: LockKind,
+    /// First byte.
+    pub start: u64,
+    /// Last byte (inclusive).
+    pub end: u64,
+    /// The holder's process id as the file system sees it (GETLK; 0 when
+    /// it is not a process of this guest).
+    pub pid: u32,
+}
+
+impl Lock {
+    /// `end` of a lock that reaches the end of the file (`OFFSET_MAX`).
+    pub const TO_END: u64 = i64::MAX as u64;
+}
+
+/// Who holds a lock: the guest's lock owner and whether it is a flock
+/// (whole-file, `flock(2)`) rather than a POSIX record lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LockOwner {
+    /// The guest's `lock_owner` (its process's files for POSIX locks, its
+    /// open file for flock).
+    pub owner: u64,
+    /// A flock lock.
+    pub flock: bool,
+}
+
 /// Result of GETXATTR or LISTXATTR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum XattrReply {
@@ -346,6 +388,31 @@ pub trait FileSystem: Send + Sync {
     fn flush(&self, ctx: Context, node: u64, fh: u64) -> io::Result<()> {
         nosys()
     }
+
+    /// GETLK: the first lock of another owner that conflicts with `lock`
+    /// on `node` (opened as `fh`), or `lock` with [`LockKind::Unlock`].
+    fn getlk(&self, ctx: Context, node: u64, fh: u64, owner: u64, lock: Lock) -> io::Result<Lock> {
+        nosys()
+    }
+
+    /// SETLK: takes, changes or drops `owner`'s lock on `node` at once,
+    /// never waiting: EAGAIN while another owner holds a conflicting one
+    /// (SETLKW then asks again later).
+    fn setlk(
+        &self,
+        ctx: Context,
+        node: u64,
+        fh: u64,
+        owner: LockOwner,
+        lock: Lock,
+    ) -> io::Result<()> {
+        nosys()
+    }
+
+    /// Drops every lock `owner` holds on `node`: POSIX locks when the
+    /// owner closes any descriptor of the file (FLUSH), flock locks when
+    /// the last reference to the guest's open file goes (RELEASE).
+    fn unlock_owner(&self, node: u64, owner: LockOwner) {}
 
     /// FSYNC.
     fn fsync(&self, ctx: Context, node: u64, fh: u64, datasync: bool) -> io::Result<()> {

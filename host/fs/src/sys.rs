@@ -426,6 +426,18 @@ pub fn major_minor(dev: u64) -> (u32, u32) {
     (libc::major(dev), libc::minor(dev))
 }
 
+/// `fcntl(2)` with a lock command (`F_OFD_SETLK`, `F_OFD_GETLK`, ...).
+pub fn fcntl_lock(fd: BorrowedFd<'_>, cmd: libc::c_int, lock: &mut libc::flock) -> io::Result<()> {
+    // SAFETY: valid descriptor; `lock` is a valid, writable `struct flock`.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, lock as *mut libc::flock) }).map(drop)
+}
+
+/// `flock(2)`.
+pub fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: valid descriptor; no pointers.
+    check(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(drop)
+}
+
 /// `fchdir(2)`.
 pub fn fchdir(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: valid descriptor.

@@ -61,6 +61,8 @@ fn server() -> &'static PassthroughServer {
             ids: Default::default(),
             posix_acl: Default::default(),
             security_label: Default::default(),
+            posix_lock: true,
+            flock: true,
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })

@@ -435,12 +435,26 @@ pub struct Opt {
     /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
     /// no_xattr, readdirplus, no_readdirplus, writeback, no_writeback, sandbox=…,
     /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, xattrmap=…,
-    /// killpriv_v2, no_killpriv_v2, announce_submounts, and the defaults
-    /// no_flock, no_posix_lock,
-    /// posix_acl, no_posix_acl, security_label, no_security_label. Keys for
-    /// what is not supported (flock, posix_lock) are refused.
+    /// killpriv_v2, no_killpriv_v2, announce_submounts, posix_acl,
+    /// no_posix_acl, security_label, no_security_label, and the locks:
+    /// posix_lock (the guest's POSIX record locks, fcntl F_SETLK/F_SETLKW,
+    /// are held on the host as OFD locks, so other guests sharing the
+    /// directory and host processes see them) and flock (flock(2) locks,
+    /// likewise), no_posix_lock and no_flock (the defaults: the guest
+    /// keeps its locks to itself). A guest waiting for a lock (F_SETLKW,
+    /// blocking flock) waits without holding up its queue; a live upgrade,
+    /// migration or ring stop ends such a wait with EINTR. Not with
+    /// --crash-restart (a crash would drop the locks).
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub compat: Vec<String>,
+
+    /// `-o posix_lock`.
+    #[arg(skip)]
+    pub posix_lock: bool,
+
+    /// `-o flock`.
+    #[arg(skip)]
+    pub flock: bool,
 
     /// Run in a user namespace whose UIDs map to host UIDs, given as
     /// :INSIDE:OUTSIDE:COUNT: (INSIDE .. INSIDE+COUNT in the namespace are
@@ -499,6 +513,8 @@ pub enum CliError {
         "--crash-restart is not supported in a user namespace (--uid-map/--gid-map, or not root)"
     )]
     IdMapCrashRestart,
+    #[error("--crash-restart cannot be used with -o posix_lock or -o flock: the locks live in the serving process's open files, which a crash closes")]
+    LocksCrashRestart,
     #[error("{option} is not supported: {why}")]
     Unsupported { option: String, why: &'static str },
     #[error("{0}")]
@@ -506,8 +522,6 @@ pub enum CliError {
     #[error("{0}")]
     XattrMap(String),
 }
-
-const NO_LOCKS: &str = "POSIX and flock locks are not served (the guest keeps them local)";
 
 fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
     CliError::Unsupported {
@@ -568,12 +582,12 @@ impl Opt {
                 ("no_allow_direct_io", None) => self.allow_direct_io = false,
                 // The defaults, named.
                 ("no_killpriv_v2", None) => self.killpriv_v2 = false,
-                ("no_flock" | "no_posix_lock", None) => {}
+                ("no_flock", None) => self.flock = false,
+                ("no_posix_lock", None) => self.posix_lock = false,
                 ("no_posix_acl", None) => self.posix_acl = Some(Negotiation::Never),
                 ("no_security_label", None) => self.security_label = Some(Negotiation::Never),
-                ("flock" | "posix_lock", None) => {
-                    return Err(unsupported(format!("-o {key}"), NO_LOCKS))
-                }
+                ("flock", None) => self.flock = true,
+                ("posix_lock", None) => self.posix_lock = true,
                 ("killpriv_v2", None) => self.killpriv_v2 = true,
                 ("posix_acl", None) => self.posix_acl = Some(Negotiation::Always),
                 ("security_label", None) => self.security_label = Some(Negotiation::Always),
@@ -599,6 +613,9 @@ impl Opt {
         if self.crash_restart && self.sandbox == SandboxMode::Namespace && self.id_maps().is_some()
         {
             return Err(CliError::IdMapCrashRestart);
+        }
+        if self.crash_restart && (self.posix_lock || self.flock) {
+            return Err(CliError::LocksCrashRestart);
         }
         if let Some(t) = self.tag.as_ref().filter(|t| t.is_empty() || t.len() > 36) {
             return Err(CliError::Tag(t.clone()));
@@ -798,6 +815,10 @@ mod tests {
         assert!(with(&["--uid-map=:0:100000:65536:", "--crash-restart"])
             .unwrap_err()
             .contains("--crash-restart"));
+        for o in ["posix_lock", "flock"] {
+            let e = with(&["-o", o, "--crash-restart"]).unwrap_err();
+            assert!(e.contains("a crash closes"), "{o}: {e}");
+        }
     }
 
     #[test]
@@ -811,8 +832,6 @@ mod tests {
                 "--migration-verify-handles",
             ],
             &["--migration-mode=file-handles", "--migration-confirm-paths"],
-            &["-o", "flock"],
-            &["-o", "posix_lock"],
         ] {
             let args: Vec<&str> = base.iter().chain(extra).copied().collect();
             let err = parse(&args).unwrap_err();
@@ -843,6 +862,9 @@ mod tests {
             &["--posix-acl"],
             &["--posix-acl=auto"],
             &["-o", "posix_acl"],
+            &["-o", "flock"],
+            &["-o", "posix_lock,flock"],
+            &["-o", "no_posix_lock,no_flock"],
             &["--preserve-noatime"],
             &["--syslog"],
             &["--thread-pool-size=4"],

@@ -40,10 +40,16 @@ pub enum MigrationError {
     Session(#[from] xvfs_fs::SessionError),
     #[error("the source negotiated {0}, which this daemon does not serve")]
     Unserved(&'static str),
+    #[error("the guest holds {0} lock(s) on this host (-o posix_lock/flock), and locks cannot move to another host: the migration is refused, the guest keeps running here")]
+    LocksHeld(usize),
 }
 
 /// The source's state, in our format.
 pub fn save(server: &Server, cfg: &MigrationConfig) -> Result<Vec<u8>, MigrationError> {
+    let locks = server.fs().lock_count();
+    if locks > 0 {
+        return Err(MigrationError::LocksHeld(locks));
+    }
     let fs = server.fs().migration_state(SaveOptions {
         file_handles: cfg.mode == MigrationMode::FileHandles,
         verify_handles: cfg.verify_handles,

@@ -41,13 +41,15 @@ use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use xvfs_fs::journal::Journal;
 use xvfs_fs::ratelimit::RateLimiter;
 
-use crate::chain::split_chain;
+use crate::chain::{split_chain, ChainWriter};
 use crate::dirty_log::LogTarget;
 use crate::mem::GuestMemoryMmap;
 pub use crate::metrics::QueueStats;
 use crate::replay::Recorder;
 use crate::sys;
 pub use virtio_fs_ext::config::PollMode;
+use xvfs_fs::fuse::LockWait;
+use xvfs_fs::server::Outcome;
 
 /// Largest ring size we accept (the virtio maximum for split rings).
 pub const MAX_QUEUE_SIZE: u16 = 32768;
@@ -316,6 +318,8 @@ impl Worker {
             cpu: opts.cpu,
             log: opts.log,
             recorder,
+            waiting: Vec::new(),
+            next_retry: Instant::now(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("xvfs-q{}", cfg.index))
@@ -376,6 +380,8 @@ pub fn serve_once(
         cpu: None,
         log: None,
         recorder: None,
+        waiting: Vec::new(),
+        next_retry: Instant::now(),
     };
     let guard = ctx.mem.memory();
     ctx.serve_batch(&guard).map_err(|e| e.to_string())
@@ -435,7 +441,32 @@ struct WorkerCtx {
     log: Option<LogTarget>,
     /// With --crash-restart: records each request in flight.
     recorder: Option<Recorder>,
+    /// SETLKW requests waiting for their lock, unanswered.
+    waiting: Vec<Waiting>,
+    /// When to ask for their locks again.
+    next_retry: Instant,
 }
+
+/// How often a worker asks again for the lock of a waiting SETLKW (the
+/// host tells nobody when a lock is freed).
+pub const LOCK_RETRY: Duration = Duration::from_millis(5);
+
+/// A SETLKW waiting for its lock: its chain stays off the used ring.
+struct Waiting {
+    wait: LockWait,
+    head: u16,
+    w: ChainWriter,
+    request_bytes: usize,
+    started: Instant,
+    /// Keeps the memory `w` points into mapped.
+    _mem: vm_memory::atomic::GuestMemoryLoadGuard<GuestMemoryMmap>,
+}
+
+// SAFETY: `w` holds raw pointers into guest memory, which `_mem` keeps
+// mapped for as long as the entry lives, whatever thread holds it. Entries
+// are made and used by their worker thread only (the list is moved there
+// empty, when the worker starts).
+unsafe impl Send for Waiting {}
 
 impl WorkerCtx {
     fn run(mut self) -> WorkerExit {
@@ -445,7 +476,7 @@ impl WorkerCtx {
                 warn!("queue {}: cannot pin to CPU {cpu}: {e}", self.index);
             }
         }
-        let fault = self.serve_loop().err();
+        let fault = self.serve_loop().and_then(|()| self.end_waiting()).err();
         if fault.is_some() {
             // The supervisor logs it, once; the worker only reports it.
             self.faulted.store(true, Ordering::Release);
@@ -477,6 +508,7 @@ impl WorkerCtx {
             if self.serve_batch(mem)? > 0 {
                 idle_since = Instant::now();
             }
+            self.retry_waiting(mem)?;
             if self.stopping() {
                 return Ok(());
             }
@@ -507,7 +539,12 @@ impl WorkerCtx {
             drop(guard);
 
             self.stats.sleeps.fetch_add(1, Ordering::Relaxed);
-            let ready = sys::poll_readable(&[self.kick.as_fd(), self.stop_fd.as_fd()], -1)
+            let timeout = if self.waiting.is_empty() {
+                -1
+            } else {
+                LOCK_RETRY.as_millis() as i32
+            };
+            let ready = sys::poll_readable(&[self.kick.as_fd(), self.stop_fd.as_fd()], timeout)
                 .map_err(RingFault::Wait)?;
             if ready[1] {
                 let _ = sys::eventfd_drain(self.stop_fd.as_fd());
@@ -564,19 +601,28 @@ impl WorkerCtx {
             if head >= size {
                 return Err(RingFault::HeadOutOfRange { head, size });
             }
-            let (len, bytes) = match split_chain(mem, chain) {
+            match split_chain(mem, chain) {
                 Ok((mut r, mut w)) => {
                     let request_bytes = xvfs_fs::io::RequestReader::remaining(&r);
-                    let n = match &mut self.recorder {
-                        Some(rec) => rec.handle(&self.server, pos, head, &mut r, &mut w),
-                        None => self.server.handle(&mut r, &mut w),
-                    };
-                    if let Some(log) = &self.log {
-                        for &(gpa, len) in w.guest_ranges() {
-                            log.log.mark(gpa, len);
+                    let outcome = match &mut self.recorder {
+                        Some(rec) => {
+                            Outcome::Replied(rec.handle(&self.server, pos, head, &mut r, &mut w))
                         }
+                        None => self.server.serve(&mut r, &mut w),
+                    };
+                    match outcome {
+                        Outcome::Replied(n) => {
+                            self.publish(mem, head, Some(&w), n, request_bytes, started)?
+                        }
+                        Outcome::Waiting(wait) => self.waiting.push(Waiting {
+                            wait,
+                            head,
+                            w,
+                            request_bytes,
+                            started,
+                            _mem: self.mem.memory(),
+                        }),
                     }
-                    (n, (request_bytes + n) as u64)
                 }
                 Err(e) => {
                     self.stats.bad_chains.fetch_add(1, Ordering::Relaxed);
@@ -586,23 +632,77 @@ impl WorkerCtx {
                             self.index
                         );
                     }
-                    (0, 0)
+                    self.publish(mem, head, None, 0, 0, started)?;
                 }
-            };
-            self.queue.add_used(mem, head, len as u32)?;
-            if let Some(log) = &self.log {
-                log.mark_used();
             }
-            self.stats
-                .record(bytes, started.elapsed().as_nanos() as u64);
             served += 1;
-            // Tell the guest at once (when it asks to be told): it can
-            // consume this reply and queue more work while we serve the rest.
-            if self.queue.needs_notification(mem)? {
-                self.notify();
-            }
         }
         Ok(served)
+    }
+
+    /// Puts a served chain, with `len` reply bytes written through `w`, on
+    /// the used ring, and tells the guest at once (when it asks to be
+    /// told): it can consume this reply and queue more work while we serve
+    /// the rest.
+    fn publish(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        head: u16,
+        w: Option<&ChainWriter>,
+        len: usize,
+        request_bytes: usize,
+        started: Instant,
+    ) -> Result<(), RingFault> {
+        if let (Some(log), Some(w)) = (&self.log, w) {
+            for &(gpa, len) in w.guest_ranges() {
+                log.log.mark(gpa, len);
+            }
+        }
+        self.queue.add_used(mem, head, len as u32)?;
+        if let Some(log) = &self.log {
+            log.mark_used();
+        }
+        self.stats.record(
+            (request_bytes + len) as u64,
+            started.elapsed().as_nanos() as u64,
+        );
+        if self.queue.needs_notification(mem)? {
+            self.notify();
+        }
+        Ok(())
+    }
+
+    /// Asks again for the locks of the waiting SETLKW requests (at most
+    /// every [`LOCK_RETRY`]), publishing those that are answered.
+    fn retry_waiting(&mut self, mem: &GuestMemoryMmap) -> Result<(), RingFault> {
+        let now = Instant::now();
+        if self.waiting.is_empty() || now < self.next_retry {
+            return Ok(());
+        }
+        self.next_retry = now + LOCK_RETRY;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let p = &mut self.waiting[i];
+            match self.server.retry_lock(&p.wait, &mut p.w) {
+                None => i += 1,
+                Some(n) => {
+                    let p = self.waiting.swap_remove(i);
+                    self.publish(mem, p.head, Some(&p.w), n, p.request_bytes, p.started)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every waiting SETLKW with EINTR (the ring stops: a successor or
+    /// the migration destination starts from a ring with nothing pending).
+    fn end_waiting(&mut self) -> Result<(), RingFault> {
+        let guard = self.mem.memory();
+        for mut p in std::mem::take(&mut self.waiting) {
+            let n = self.server.end_wait(p.wait, &mut p.w, libc::EINTR);
+            self.publish(&guard, p.head, Some(&p.w), n, p.request_bytes, p.started)?;
+        }
+        Ok(())
     }
 
     /// The guest may publish at most a ring's worth of chains ahead of us.

@@ -194,6 +194,7 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_rt_sigreturn,
     libc::SYS_sigaltstack,
     libc::SYS_fcntl,
+    libc::SYS_flock,
     libc::SYS_dup,
     libc::SYS_dup3,
     libc::SYS_openat,

@@ -56,6 +56,8 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         translate_gid: opt.translate_gid.clone(),
         posix_acl: opt.posix_acl.unwrap_or(Negotiation::Never),
         security_label: opt.security_label.unwrap_or(Negotiation::Never),
+        posix_lock: opt.posix_lock,
+        flock: opt.flock,
         tag: opt.tag.clone(),
     }
 }
@@ -102,6 +104,8 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
         announce_submounts: c.announce_submounts,
         posix_acl: c.posix_acl.into(),
         security_label: c.security_label.into(),
+        posix_lock: c.posix_lock,
+        flock: c.flock,
         ids: xvfs_fs::ids::Translation::parse(&c.translate_uid, &c.translate_gid)
             .map_err(SetupError::Translate)?,
     })

@@ -156,6 +156,8 @@ mod tests {
             translate_gid: Vec::new(),
             posix_acl: virtio_fs_ext::config::Negotiation::Never,
             security_label: virtio_fs_ext::config::Negotiation::Never,
+            posix_lock: false,
+            flock: false,
             tag: None,
         }
     }

@@ -365,6 +365,11 @@ wire_struct! {
 }
 
 wire_struct! {
+    /// `struct fuse_lk_out`.
+    pub struct LkOut(24) { pub lk: FileLock, }
+}
+
+wire_struct! {
     /// `struct fuse_lk_in`.
     pub struct LkIn(48) { pub fh: u64, pub owner: u64, pub lk: FileLock, pub lk_flags: u32, pub padding: u32, }
 }

@@ -105,6 +105,7 @@ pub(crate) fn release<F: FileSystem>(
     w: &mut dyn ReplyWriter,
 ) -> OpResult {
     let r: ReleaseIn = b.only()?;
+    super::locks::released(q, r.release_flags, r.lock_owner);
     q.fs.release(q.ctx(), q.h.nodeid, r.fh)?;
     q.reply_empty(w)
 }
@@ -125,6 +126,7 @@ pub(crate) fn flush<F: FileSystem>(
     w: &mut dyn ReplyWriter,
 ) -> OpResult {
     let f: FlushIn = b.only()?;
+    super::locks::flushed(q, f.lock_owner);
     q.fs.flush(q.ctx(), q.h.nodeid, f.fh)?;
     q.reply_empty(w)
 }

@@ -5,8 +5,10 @@
 pub mod abi;
 mod file_ops;
 pub mod io;
+mod locks;
 mod ops;
 mod secctx;
 pub mod server;
+pub use locks::LockWait;
 pub mod session;
 mod wire;

@@ -37,11 +37,6 @@ pub(crate) fn batch_forget<F: FileSystem>(q: &Req<'_, F>, mut b: Body<'_>) -> Op
     Ok(0)
 }
 
-pub(crate) fn interrupt(mut b: Body<'_>) -> OpResult {
-    let _: InterruptIn = b.take()?;
-    Ok(0)
-}
-
 pub(crate) fn getattr<F: FileSystem>(
     q: &Req<'_, F>,
     mut b: Body<'_>,

@@ -13,7 +13,10 @@
 //! - a reply that does not fit the guest's buffer is replaced by an `EINVAL`
 //!   error before any side effect, or by nothing when not even an out header
 //!   fits;
-//! - FORGET, BATCH_FORGET and INTERRUPT never get a reply.
+//! - FORGET, BATCH_FORGET and INTERRUPT never get a reply;
+//! - a SETLKW whose lock is held is not answered: [`Server::serve`] hands
+//!   it back as a [`LockWait`] for its caller to keep and try again
+//!   ([`Server::retry_lock`]) or end ([`Server::end_wait`]).
 //!
 //! The server owns the session: it negotiates INIT (protocol version, flags —
 //! the intersection of what the guest offers and what the file system's
@@ -27,10 +30,15 @@
 use super::abi::{self, init_flags, opcode, Wire};
 use super::file_ops;
 use super::io::{ReplyWriter, RequestReader};
+use super::locks::{self, LockWait};
 use super::ops;
 use super::session::{Session, SessionError, SessionState};
 use super::wire::{need, reply_error, reply_ok, Body, Error, OpResult, Req};
 use crate::filesystem::{Capabilities, FileSystem};
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 pub use super::file_ops::MAX_WRITE;
 pub use super::wire::{NAME_MAX, PATH_MAX};
@@ -63,7 +71,22 @@ pub const SERVER_INIT_FLAGS: u64 = {
         | POSIX_ACL
         | DONT_MASK
         | SECURITY_CTX
+        | POSIX_LOCKS
+        | FLOCK_LOCKS
 };
+
+/// Most FUSE_INTERRUPTs remembered for waiting locks (the oldest is
+/// forgotten first).
+const MAX_INTERRUPTS: usize = 256;
+
+/// What became of a request.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Answered with this many reply bytes (0: no reply, as for FORGET).
+    Replied(usize),
+    /// A SETLKW waiting for its lock, unanswered.
+    Waiting(LockWait),
+}
 
 /// The FUSE server: `Send + Sync`, called concurrently by every queue worker.
 #[derive(Debug)]
@@ -73,6 +96,10 @@ pub struct Server<F> {
     session: Session,
     /// Every request is answered with this errno (0: served normally).
     refuse: std::sync::atomic::AtomicI32,
+    /// SETLKW requests waiting now (INTERRUPTs are kept only then).
+    waits: AtomicUsize,
+    /// `unique` of each FUSE_INTERRUPT received while locks wait.
+    interrupted: Mutex<VecDeque<u64>>,
 }
 
 impl<F: FileSystem> Server<F> {
@@ -85,6 +112,8 @@ impl<F: FileSystem> Server<F> {
             caps,
             session: Session::default(),
             refuse: std::sync::atomic::AtomicI32::new(0),
+            waits: AtomicUsize::new(0),
+            interrupted: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -123,15 +152,78 @@ impl<F: FileSystem> Server<F> {
     }
 
     /// Handles one request; returns the number of reply bytes written (0: no
-    /// reply, as for FORGET).
+    /// reply, as for FORGET). For a caller that cannot keep a request
+    /// waiting: a SETLKW whose lock is held is answered EINTR at once.
     pub fn handle(&self, r: &mut dyn RequestReader, w: &mut dyn ReplyWriter) -> usize {
+        match self.serve(r, w) {
+            Outcome::Replied(n) => n,
+            Outcome::Waiting(wait) => self.end_wait(wait, w, libc::EINTR),
+        }
+    }
+
+    /// Tries a waiting SETLKW again: `Some(reply bytes)` once it is
+    /// answered (granted, failed, or EINTR after a FUSE_INTERRUPT named
+    /// it), None while the lock is still held.
+    pub fn retry_lock(&self, wait: &LockWait, w: &mut dyn ReplyWriter) -> Option<usize> {
+        if self.take_interrupt(wait.unique()) {
+            return Some(self.end_wait(*wait, w, libc::EINTR));
+        }
+        let q = Req {
+            fs: &self.fs,
+            caps: &self.caps,
+            session: &self.session,
+            h: &wait.h,
+            ext: &[],
+        };
+        let n = match locks::take(&q, &wait.lk, w) {
+            Err(Error::Blocked(_)) => return None,
+            Ok(n) => n,
+            Err(e) => reply_error(w, wait.unique(), e.errno()),
+        };
+        self.waits.fetch_sub(1, Ordering::Relaxed);
+        Some(n)
+    }
+
+    /// Ends a waiting SETLKW with `errno` (EINTR when its ring stops).
+    pub fn end_wait(&self, wait: LockWait, w: &mut dyn ReplyWriter, errno: i32) -> usize {
+        self.waits.fetch_sub(1, Ordering::Relaxed);
+        reply_error(w, wait.unique(), errno)
+    }
+
+    fn take_interrupt(&self, unique: u64) -> bool {
+        let mut v = self.interrupted.lock().unwrap_or_else(|p| p.into_inner());
+        match v.iter().position(|&u| u == unique) {
+            Some(i) => {
+                v.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// FUSE_INTERRUPT: remembered for a waiting SETLKW (nothing else here
+    /// waits, so with none waiting it is dropped).
+    fn interrupt(&self, mut b: Body<'_>) -> OpResult {
+        let i: abi::InterruptIn = b.take()?;
+        if self.waits.load(Ordering::Relaxed) > 0 {
+            let mut v = self.interrupted.lock().unwrap_or_else(|p| p.into_inner());
+            if v.len() == MAX_INTERRUPTS {
+                v.pop_front();
+            }
+            v.push_back(i.unique);
+        }
+        Ok(0)
+    }
+
+    /// Handles one request, or hands back a SETLKW that has to wait.
+    pub fn serve(&self, r: &mut dyn RequestReader, w: &mut dyn ReplyWriter) -> Outcome {
         let mut hb = [0u8; abi::InHeader::SIZE];
         if r.read_exact(&mut hb).is_err() {
             guest_warn!(
                 "FUSE request of {} bytes is shorter than its header",
                 r.remaining()
             );
-            return reply_error(w, 0, libc::EINVAL);
+            return Outcome::Replied(reply_error(w, 0, libc::EINVAL));
         }
         let h = abi::InHeader::from_bytes(&hb).unwrap_or_default();
         let no_reply = matches!(
@@ -140,14 +232,18 @@ impl<F: FileSystem> Server<F> {
         );
         let refuse = self.refuse.load(std::sync::atomic::Ordering::Relaxed);
         if refuse != 0 {
-            return if no_reply {
+            return Outcome::Replied(if no_reply {
                 0
             } else {
                 reply_error(w, h.unique, refuse)
-            };
+            });
         }
-        match self.handle_checked(&h, r, w) {
+        Outcome::Replied(match self.handle_checked(&h, r, w) {
             Ok(n) => n,
+            Err(Error::Blocked(lk)) => {
+                self.waits.fetch_add(1, Ordering::Relaxed);
+                return Outcome::Waiting(LockWait { h, lk: *lk });
+            }
             Err(e) => {
                 if e.is_protocol() {
                     guest_warn!(
@@ -165,7 +261,7 @@ impl<F: FileSystem> Server<F> {
                     reply_error(w, h.unique, e.errno())
                 }
             }
-        }
+        })
     }
 
     fn handle_checked(
@@ -220,7 +316,7 @@ impl<F: FileSystem> Server<F> {
             opcode::LOOKUP => ops::lookup(q, b, w),
             opcode::FORGET => ops::forget(q, b),
             opcode::BATCH_FORGET => ops::batch_forget(q, b),
-            opcode::INTERRUPT => ops::interrupt(b),
+            opcode::INTERRUPT => self.interrupt(b),
             opcode::GETATTR => ops::getattr(q, b, w),
             opcode::STATX => ops::statx(q, b, w),
             opcode::SETATTR => ops::setattr(q, b, w),
@@ -253,8 +349,10 @@ impl<F: FileSystem> Server<F> {
             opcode::FALLOCATE => file_ops::fallocate(q, b, w),
             opcode::LSEEK => file_ops::lseek(q, b, w),
             opcode::COPY_FILE_RANGE => file_ops::copy_file_range(q, b, w),
-            // GETLK, SETLK, SETLKW, BMAP, IOCTL, POLL, NOTIFY_REPLY,
-            // SETUPMAPPING, REMOVEMAPPING, STATX and anything unknown.
+            opcode::GETLK => locks::getlk(q, b, w),
+            opcode::SETLK | opcode::SETLKW => locks::setlk(q, b, w),
+            // BMAP, IOCTL, POLL, NOTIFY_REPLY, SETUPMAPPING, REMOVEMAPPING
+            // and anything unknown.
             _ => Err(Error::Errno(libc::ENOSYS)),
         }
     }

@@ -38,6 +38,9 @@ pub(crate) enum Error {
     /// A plain errno.
     #[error("errno {0}")]
     Errno(i32),
+    /// A SETLKW found its lock held by another owner: it waits, unanswered.
+    #[error("lock held by another owner")]
+    Blocked(Box<abi::LkIn>),
 }
 
 impl Error {
@@ -46,6 +49,7 @@ impl Error {
             Error::Truncated | Error::Trailing(_) | Error::NoRoom { .. } => libc::EINVAL,
             Error::BadName(e) | Error::Errno(e) => *e,
             Error::NotInitialized => libc::EIO,
+            Error::Blocked(_) => libc::EAGAIN,
             Error::Io(e) => e
                 .raw_os_error()
                 .filter(|e| (1..4096).contains(e))

@@ -97,6 +97,13 @@ pub struct Config {
     pub security_label: Offer,
     /// `--translate-uid`, `--translate-gid`: done by the FUSE layer.
     pub ids: crate::ids::Translation,
+    /// `-o posix_lock`: offer FUSE_POSIX_LOCKS; the guest's record locks
+    /// are held on the host (OFD locks), seen by other guests and host
+    /// processes.
+    pub posix_lock: bool,
+    /// `-o flock`: offer FUSE_FLOCK_LOCKS; the guest's flock locks are held
+    /// on the host.
+    pub flock: bool,
 }
 
 impl Default for Config {
@@ -120,6 +127,8 @@ impl Default for Config {
             ids: crate::ids::Translation::default(),
             posix_acl: Offer::Never,
             security_label: Offer::Never,
+            posix_lock: false,
+            flock: false,
         }
     }
 }

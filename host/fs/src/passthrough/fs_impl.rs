@@ -7,8 +7,8 @@ use std::io;
 
 use super::{err, Ctx, PassthroughFs};
 use crate::filesystem::{
-    Capabilities, DataSink, DataSource, DirEntry, Entry, FileSystem, Opened, SetAttr, Stat, StatFs,
-    XattrReply,
+    Capabilities, DataSink, DataSource, DirEntry, Entry, FileSystem, Lock, LockOwner, Opened,
+    SetAttr, Stat, StatFs, XattrReply,
 };
 
 impl FileSystem for PassthroughFs {
@@ -202,6 +202,18 @@ impl FileSystem for PassthroughFs {
 
     fn flush(&self, _: Ctx, _: u64, fh: u64) -> io::Result<()> {
         PassthroughFs::flush(self, fh)
+    }
+
+    fn getlk(&self, _: Ctx, node: u64, fh: u64, owner: u64, lock: Lock) -> io::Result<Lock> {
+        PassthroughFs::getlk(self, node, fh, owner, lock)
+    }
+
+    fn setlk(&self, _: Ctx, node: u64, fh: u64, owner: LockOwner, lock: Lock) -> io::Result<()> {
+        PassthroughFs::setlk(self, node, fh, owner, lock)
+    }
+
+    fn unlock_owner(&self, node: u64, owner: LockOwner) {
+        PassthroughFs::unlock_owner(self, node, owner)
     }
 
     fn fsync(&self, _: Ctx, _: u64, fh: u64, datasync: bool) -> io::Result<()> {

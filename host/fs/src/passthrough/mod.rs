@@ -34,6 +34,7 @@ mod crash;
 mod creds;
 mod extended;
 mod fs_impl;
+mod locks;
 mod migrate;
 pub mod state;
 mod table;
@@ -130,6 +131,8 @@ pub struct PassthroughFs {
     /// Nodes and handles a VM live migration could not bring along: the
     /// guest gets EIO for them until it forgets or releases them.
     lost: std::sync::Mutex<Lost>,
+    /// Locks held for the guest (`-o posix_lock`, `-o flock`).
+    locks: locks::LockTable,
 }
 
 /// See [`PassthroughFs::lost`]: node id → lookup count, handle ids.
@@ -161,6 +164,7 @@ impl PassthroughFs {
             negotiated: AtomicU64::new(0),
             refused_emfile: AtomicU64::new(0),
             lost: std::sync::Mutex::new(Lost::default()),
+            locks: locks::LockTable::default(),
         }
     }
 
@@ -222,6 +226,12 @@ impl PassthroughFs {
         if cfg.killpriv_v2 {
             f |= HANDLE_KILLPRIV_V2;
         }
+        if cfg.posix_lock {
+            f |= POSIX_LOCKS;
+        }
+        if cfg.flock {
+            f |= FLOCK_LOCKS;
+        }
         if cfg.allow_mmap {
             f |= DIRECT_IO_ALLOW_MMAP;
         }
@@ -255,6 +265,7 @@ impl PassthroughFs {
     /// and closes every handle.
     pub(crate) fn end_session(&self) {
         self.negotiated.store(0, Ordering::Relaxed);
+        self.locks.clear();
         self.handles.clear();
         self.inodes.clear();
         *self.lost_lock() = Lost::default();
@@ -698,11 +709,17 @@ impl PassthroughFs {
     /// EMFILE (counted) otherwise.
     fn room(&self, n: usize) -> io::Result<()> {
         let max = self.cfg.max_open;
-        if max == 0 || self.inodes.len() + self.handles.len() + n <= max {
+        if max == 0 || self.held() + n <= max {
             return Ok(());
         }
         self.refused_emfile.fetch_add(1, Ordering::Relaxed);
         Err(err(libc::EMFILE))
+    }
+
+    /// Host descriptors held for the guest: inodes, open handles and the
+    /// descriptions that hold its locks.
+    fn held(&self) -> usize {
+        self.inodes.len() + self.handles.len() + self.locks.len()
     }
 
     /// [`Config::max_open`].
@@ -713,10 +730,7 @@ impl PassthroughFs {
     /// Inodes plus open handles held now, and requests refused with EMFILE
     /// at the cap so far (for metrics).
     pub fn open_counts(&self) -> (usize, u64) {
-        (
-            self.inodes.len() + self.handles.len(),
-            self.refused_emfile.load(Ordering::Relaxed),
-        )
+        (self.held(), self.refused_emfile.load(Ordering::Relaxed))
     }
 
     pub(crate) fn open(&self, ctx: Ctx, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {

@@ -45,6 +45,20 @@ pub struct HandleState {
     pub fd_index: u32,
 }
 
+/// A description that holds locks of one guest lock owner (`-o posix_lock`,
+/// `-o flock`): the locks travel with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockState {
+    /// Node id of the file.
+    pub inode: u64,
+    /// The guest's lock owner.
+    pub owner: u64,
+    /// flock locks (else POSIX record locks).
+    pub flock: bool,
+    /// Index of its descriptor in the descriptor list.
+    pub fd_index: u32,
+}
+
 /// Everything needed to rebuild the tables, minus the descriptors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsState {
@@ -58,6 +72,8 @@ pub struct FsState {
     pub inodes: Vec<InodeState>,
     /// Open handles.
     pub handles: Vec<HandleState>,
+    /// Descriptions holding locks (format version 6).
+    pub locks: Vec<LockState>,
 }
 
 /// A snapshot: the state and, in parallel, the raw descriptors its

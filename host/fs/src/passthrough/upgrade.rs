@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use super::state::{FsSnapshot, FsState, HandleState, InodeState};
+use super::state::{FsSnapshot, FsState, HandleState, InodeState, LockState};
 use super::table::RestoredInode;
 use super::{Config, Error, PassthroughFs, SharedDir};
 use crate::filesystem::ROOT_ID;
@@ -41,6 +41,7 @@ impl PassthroughFs {
                 next_id: self.inodes.next_id(),
                 inodes: Vec::new(),
                 handles: Vec::new(),
+                locks: Vec::new(),
             },
             fds: Vec::new(),
         }
@@ -79,9 +80,24 @@ impl PassthroughFs {
                 fd_index: push(h.fd()),
             })
             .collect();
+        let locks = self
+            .locks
+            .all()
+            .into_iter()
+            .map(|(inode, owner, fd)| {
+                fds.push(fd);
+                LockState {
+                    inode,
+                    owner: owner.owner,
+                    flock: owner.flock,
+                    fd_index: (fds.len() - 1) as u32,
+                }
+            })
+            .collect();
         let mut snap = self.empty_snapshot();
         snap.state.inodes = inodes;
         snap.state.handles = handles;
+        snap.state.locks = locks;
         snap.fds = fds;
         snap
     }
@@ -108,6 +124,7 @@ impl PassthroughFs {
         let mut fds = Fds(fds.into_iter().map(Some).collect());
         fs.restore_inodes(&state.inodes, &mut fds)?;
         fs.restore_handles(&state.handles, &mut fds)?;
+        fs.restore_locks(&state.locks, &mut fds)?;
         if fds.0.iter().any(Option::is_some) {
             return Err(bad("unused descriptors".into()));
         }
@@ -185,6 +202,32 @@ impl PassthroughFs {
                 return Err(bad(format!("handle {}: descriptor does not match", h.fh)));
             }
             self.handles.insert_with(h.fh, h.inode, fd, h.flags);
+        }
+        Ok(())
+    }
+
+    /// Each lock-holding description must be an open (not O_PATH)
+    /// description of its node's file, one per node and owner.
+    fn restore_locks(&self, locks: &[LockState], fds: &mut Fds) -> Result<(), Error> {
+        for l in locks {
+            let what = || format!("lock of owner {:#x} on node {}", l.owner, l.inode);
+            let inode = self
+                .inodes
+                .get(l.inode)
+                .ok_or_else(|| bad(format!("{}: unknown node", what())))?;
+            let fd = fds.take(l.fd_index)?;
+            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("{}: {e}", what())))?;
+            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("{}: {e}", what())))?;
+            if fl & libc::O_PATH != 0 || (st.st_dev, st.st_ino) != inode.key {
+                return Err(bad(format!("{}: descriptor does not match", what())));
+            }
+            let owner = crate::filesystem::LockOwner {
+                owner: l.owner,
+                flock: l.flock,
+            };
+            if !self.locks.insert_new(l.inode, owner, fd) {
+                return Err(bad(format!("{}: saved twice", what())));
+            }
         }
         Ok(())
     }

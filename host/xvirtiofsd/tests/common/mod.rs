@@ -114,6 +114,8 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         ids: Default::default(),
         posix_acl: Default::default(),
         security_label: Default::default(),
+        posix_lock: false,
+        flock: false,
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -511,6 +513,8 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         translate_gid: Vec::new(),
         posix_acl: virtio_fs_ext::config::Negotiation::Never,
         security_label: virtio_fs_ext::config::Negotiation::Never,
+        posix_lock: false,
+        flock: false,
         tag: None,
     }
 }
