@@ -14,6 +14,26 @@ pub enum Negotiation {
     Always,
 }
 
+/// `--inode-file-handles`: inodes held as O_PATH descriptors or as file
+/// handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum FileHandles {
+    #[default]
+    Never,
+    Prefer,
+    Mandatory,
+}
+
+impl From<FileHandles> for xvfs_fs::passthrough::HandleMode {
+    fn from(m: FileHandles) -> Self {
+        match m {
+            FileHandles::Never => xvfs_fs::passthrough::HandleMode::Never,
+            FileHandles::Prefer => xvfs_fs::passthrough::HandleMode::Prefer,
+            FileHandles::Mandatory => xvfs_fs::passthrough::HandleMode::Mandatory,
+        }
+    }
+}
+
 impl From<Negotiation> for xvfs_fs::passthrough::Offer {
     fn from(n: Negotiation) -> Self {
         match n {

@@ -73,6 +73,8 @@ pub struct ConfigState {
     pub posix_lock: bool,
     /// `-o flock` (format version 6).
     pub flock: bool,
+    /// `--inode-file-handles` (format version 6).
+    pub inode_file_handles: crate::config::FileHandles,
     /// `--tag` (format version 6).
     pub tag: Option<String>,
 }
@@ -288,6 +290,7 @@ mod tests {
                 security_label: crate::config::Negotiation::Never,
                 posix_lock: false,
                 flock: false,
+                inode_file_handles: Default::default(),
                 tag: None,
             },
             vhost_socket_fd: 0,

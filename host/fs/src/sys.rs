@@ -487,6 +487,11 @@ struct RawHandle {
 /// `name_to_handle_at(fd, "", AT_EMPTY_PATH)`: the file handle of `fd`'s
 /// file, as (type, bytes).
 pub fn handle_of(fd: BorrowedFd<'_>) -> io::Result<(i32, Vec<u8>)> {
+    handle_and_mount(fd).map(|(t, b, _)| (t, b))
+}
+
+/// [`handle_of`], with the id of the mount `fd` is on.
+pub fn handle_and_mount(fd: BorrowedFd<'_>) -> io::Result<(i32, Vec<u8>, i32)> {
     let mut h = RawHandle {
         handle_bytes: MAX_HANDLE_SZ as u32,
         handle_type: 0,
@@ -506,7 +511,7 @@ pub fn handle_of(fd: BorrowedFd<'_>) -> io::Result<(i32, Vec<u8>)> {
         )
     })?;
     let n = (h.handle_bytes as usize).min(MAX_HANDLE_SZ);
-    Ok((h.handle_type, h.f_handle[..n].to_vec()))
+    Ok((h.handle_type, h.f_handle[..n].to_vec(), mount_id))
 }
 
 /// `open_by_handle_at(mount_fd, handle, flags)` (needs CAP_DAC_READ_SEARCH).

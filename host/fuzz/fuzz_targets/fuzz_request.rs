@@ -60,6 +60,7 @@ fn server() -> &'static PassthroughServer {
             announce_submounts: false,
             ids: Default::default(),
             posix_acl: Default::default(),
+            inode_file_handles: Default::default(),
             security_label: Default::default(),
             posix_lock: true,
             flock: true,

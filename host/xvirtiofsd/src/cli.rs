@@ -284,8 +284,16 @@ pub struct Opt {
     #[arg(long, value_name = "TAG")]
     pub tag: Option<String>,
 
-    /// Only `never`: inodes are held as O_PATH descriptors; `prefer` and
-    /// `mandatory` (file handles) are refused.
+    /// How the daemon holds on to the files the guest knows: `never` (the
+    /// default): an O_PATH descriptor each; `prefer` (or `fallback`): a
+    /// file handle where the file system gives one, so that they cost no
+    /// descriptor (each use opens the handle), else a descriptor; if
+    /// handles cannot be opened at all (no CAP_DAC_READ_SEARCH, as in a
+    /// user namespace) they are given up with a warning; `mandatory`: file
+    /// handles only: start-up fails (exit 3) when the shared directory
+    /// gives none, and a file without one cannot be looked up (EOPNOTSUPP).
+    /// File handles need CAP_DAC_READ_SEARCH, which is then kept (it may
+    /// not be removed with --modcaps).
     #[arg(long, value_enum, value_name = "MODE")]
     pub inode_file_handles: Option<InodeFileHandles>,
 
@@ -515,6 +523,8 @@ pub enum CliError {
     IdMapCrashRestart,
     #[error("--crash-restart cannot be used with -o posix_lock or -o flock: the locks live in the serving process's open files, which a crash closes")]
     LocksCrashRestart,
+    #[error("--inode-file-handles needs CAP_DAC_READ_SEARCH: --modcaps may not remove it")]
+    HandlesNeedCap,
     #[error("{option} is not supported: {why}")]
     Unsupported { option: String, why: &'static str },
     #[error("{0}")]
@@ -531,6 +541,16 @@ fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
 }
 
 impl Opt {
+    /// `--inode-file-handles` (`fallback` is `prefer`).
+    pub fn file_handles(&self) -> virtio_fs_ext::config::FileHandles {
+        use virtio_fs_ext::config::FileHandles;
+        match self.inode_file_handles {
+            None | Some(InodeFileHandles::Never) => FileHandles::Never,
+            Some(InodeFileHandles::Prefer | InodeFileHandles::Fallback) => FileHandles::Prefer,
+            Some(InodeFileHandles::Mandatory) => FileHandles::Mandatory,
+        }
+    }
+
     /// Folds the `-o` options into the typed ones and checks what must be present.
     pub fn resolve(&mut self) -> Result<(), CliError> {
         if self.holder_socket.is_some() && !self.crash_restart {
@@ -650,6 +670,15 @@ impl Opt {
         }
         if let Some(m) = &self.modcaps {
             crate::caps::mask(Some(m)).map_err(|e| CliError::ModCaps(e.to_string()))?;
+            let removed = m.split(':').any(|c| {
+                let c = c.trim().to_ascii_lowercase();
+                c.strip_prefix('-')
+                    .map(|n| n.strip_prefix("cap_").unwrap_or(n) == "dac_read_search")
+                    .unwrap_or(false)
+            });
+            if removed && self.file_handles() != virtio_fs_ext::config::FileHandles::Never {
+                return Err(CliError::HandlesNeedCap);
+            }
         }
         if self.print_capabilities {
             return Ok(());
@@ -685,18 +714,11 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 2] = [
-            (
-                matches!(self.inode_file_handles, Some(m) if m != InodeFileHandles::Never),
-                "--inode-file-handles",
-                "inodes are held as O_PATH descriptors (only `never`)",
-            ),
-            (
-                handles && (self.migration_verify_handles || self.migration_confirm_paths),
-                "--migration-verify-handles/--migration-confirm-paths",
-                "they only apply to --migration-mode=find-paths (file handles need no check)",
-            ),
-        ];
+        let refused: [(bool, &str, &'static str); 1] = [(
+            handles && (self.migration_verify_handles || self.migration_confirm_paths),
+            "--migration-verify-handles/--migration-confirm-paths",
+            "they only apply to --migration-mode=find-paths (file handles need no check)",
+        )];
         match refused.into_iter().find(|(given, _, _)| *given) {
             Some((_, option, why)) => Err(unsupported(option, why)),
             None => Ok(()),
@@ -815,6 +837,14 @@ mod tests {
         assert!(with(&["--uid-map=:0:100000:65536:", "--crash-restart"])
             .unwrap_err()
             .contains("--crash-restart"));
+        for caps in ["-dac_read_search", "+sys_admin:-CAP_DAC_READ_SEARCH"] {
+            let e = with(&["--inode-file-handles=prefer", &format!("--modcaps={caps}")]);
+            assert!(e.unwrap_err().contains("CAP_DAC_READ_SEARCH"), "{caps}");
+        }
+        assert!(
+            with(&["--modcaps=-dac_read_search"]).is_ok(),
+            "without handles"
+        );
         for o in ["posix_lock", "flock"] {
             let e = with(&["-o", o, "--crash-restart"]).unwrap_err();
             assert!(e.contains("a crash closes"), "{o}: {e}");
@@ -825,8 +855,6 @@ mod tests {
     fn options_that_cannot_be_honoured_are_refused() {
         let base = ["--fd=3", "--shared-dir", "/srv"];
         for extra in [
-            &["--inode-file-handles=prefer"][..],
-            &["--inode-file-handles=mandatory"],
             &[
                 "--migration-mode=file-handles",
                 "--migration-verify-handles",
@@ -839,6 +867,10 @@ mod tests {
         }
         for extra in [
             &["--inode-file-handles=never"][..],
+            &["--inode-file-handles=prefer"],
+            &["--inode-file-handles=fallback"],
+            &["--inode-file-handles=mandatory"],
+            &["--inode-file-handles=prefer", "--modcaps=-mknod"],
             &["--no-announce-submounts"],
             &["--announce-submounts"],
             &["-o", "announce_submounts"],

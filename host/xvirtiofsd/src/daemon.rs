@@ -578,7 +578,11 @@ pub(crate) fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, Set
 }
 
 pub(crate) fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
-    Ok(crate::caps::mask(opt.modcaps.as_deref())?)
+    let mut caps = crate::caps::mask(opt.modcaps.as_deref())?;
+    if opt.file_handles() != virtio_fs_ext::config::FileHandles::Never {
+        caps |= 1 << 2; // CAP_DAC_READ_SEARCH: open_by_handle_at(2)
+    }
+    Ok(caps)
 }
 
 /// Sandbox, then capabilities (entering the sandbox needs CAP_SYS_ADMIN),

@@ -675,8 +675,11 @@ impl WorkerCtx {
     /// Asks again for the locks of the waiting SETLKW requests (at most
     /// every [`LOCK_RETRY`]), publishing those that are answered.
     fn retry_waiting(&mut self, mem: &GuestMemoryMmap) -> Result<(), RingFault> {
+        if self.waiting.is_empty() {
+            return Ok(());
+        }
         let now = Instant::now();
-        if self.waiting.is_empty() || now < self.next_retry {
+        if now < self.next_retry {
             return Ok(());
         }
         self.next_retry = now + LOCK_RETRY;

@@ -58,6 +58,7 @@ pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
         security_label: opt.security_label.unwrap_or(Negotiation::Never),
         posix_lock: opt.posix_lock,
         flock: opt.flock,
+        inode_file_handles: opt.file_handles(),
         tag: opt.tag.clone(),
     }
 }
@@ -106,6 +107,7 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
         security_label: c.security_label.into(),
         posix_lock: c.posix_lock,
         flock: c.flock,
+        inode_file_handles: c.inode_file_handles.into(),
         ids: xvfs_fs::ids::Translation::parse(&c.translate_uid, &c.translate_gid)
             .map_err(SetupError::Translate)?,
     })

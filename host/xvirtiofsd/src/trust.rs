@@ -64,6 +64,11 @@ pub fn check_settings(
         received.no_setid.to_string(),
     );
     cmp(
+        "--inode-file-handles",
+        format!("{:?}", own.inode_file_handles),
+        format!("{:?}", received.inode_file_handles),
+    );
+    cmp(
         "--killpriv-v2",
         own.killpriv_v2.to_string(),
         received.killpriv_v2.to_string(),
@@ -158,6 +163,7 @@ mod tests {
             security_label: virtio_fs_ext::config::Negotiation::Never,
             posix_lock: false,
             flock: false,
+            inode_file_handles: Default::default(),
             tag: None,
         }
     }

@@ -7,6 +7,19 @@ use std::time::Duration;
 
 use super::XattrMap;
 
+/// `--inode-file-handles`: how inodes hold on to their files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HandleMode {
+    /// An `O_PATH` descriptor each.
+    #[default]
+    Never,
+    /// A file handle where the file system gives one, else a descriptor.
+    Prefer,
+    /// A file handle always: a file without one cannot be looked up, and a
+    /// shared directory without them fails start-up.
+    Mandatory,
+}
+
 /// Whether a FUSE feature is offered (`--posix-acl`, `--security-label`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Offer {
@@ -104,6 +117,8 @@ pub struct Config {
     /// `-o flock`: offer FUSE_FLOCK_LOCKS; the guest's flock locks are held
     /// on the host.
     pub flock: bool,
+    /// `--inode-file-handles` (needs CAP_DAC_READ_SEARCH).
+    pub inode_file_handles: HandleMode,
 }
 
 impl Default for Config {
@@ -129,6 +144,7 @@ impl Default for Config {
             security_label: Offer::Never,
             posix_lock: false,
             flock: false,
+            inode_file_handles: HandleMode::Never,
         }
     }
 }
@@ -188,4 +204,8 @@ pub enum Error {
     /// A restored state is inconsistent or does not match its descriptors.
     #[error("invalid saved state: {0}")]
     InvalidState(String),
+    /// `--inode-file-handles=mandatory` on a file system whose file
+    /// handles cannot be made or opened.
+    #[error("--inode-file-handles=mandatory: the shared directory gives no usable file handle (its file system has none, or CAP_DAC_READ_SEARCH is missing)")]
+    FileHandles(#[source] io::Error),
 }

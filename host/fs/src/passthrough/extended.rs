@@ -167,7 +167,8 @@ impl PassthroughFs {
         let inode = self.inode(id)?;
         let attr = &*self.host_xattr(attr)?;
         sys::fchdir(self.proc_self_fd.as_fd())?;
-        let name = sys::fd_name(inode.fd().as_raw_fd());
+        let inode_fd = inode.fd()?;
+        let name = sys::fd_name(inode_fd.as_raw_fd());
         sys::setxattr_path(&name, attr, value)
     }
 

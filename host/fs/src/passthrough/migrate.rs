@@ -55,19 +55,27 @@ impl PassthroughFs {
         let mut located: HashMap<u64, Location> = HashMap::new();
         let mut missing: HashMap<InodeKey, u64> = HashMap::new();
         for i in &all {
+            let fd = match i.fd() {
+                Ok(fd) => fd,
+                Err(e) => {
+                    let why = format!("cannot open: {e}");
+                    located.insert(i.id, Location::Invalid { why });
+                    continue;
+                }
+            };
             let loc = if opts.file_handles {
-                match sys::handle_of(i.fd()) {
+                match sys::handle_of(fd.as_fd()) {
                     Ok((handle_type, bytes)) => Location::Handle(FileHandle { handle_type, bytes }),
                     Err(e) => Location::Invalid {
                         why: format!("no file handle: {e}"),
                     },
                 }
             } else {
-                match sys::stat_fd(i.fd()) {
+                match sys::stat_fd(fd.as_fd()) {
                     Ok(st) if st.st_nlink == 0 => Location::Invalid {
                         why: "deleted while the guest holds it".into(),
                     },
-                    Ok(st) => match self.share_path(i.fd(), &st) {
+                    Ok(st) => match self.share_path(fd.as_fd(), &st) {
                         Some(path) => Location::FullPath { path },
                         None => {
                             missing.insert(i.key, i.id);
@@ -107,7 +115,7 @@ impl PassthroughFs {
                     why: "not located".into(),
                 }),
                 verify: (opts.verify_handles && !opts.file_handles)
-                    .then(|| sys::handle_of(i.fd()).ok())
+                    .then(|| i.fd().and_then(|fd| sys::handle_of(fd.as_fd())).ok())
                     .flatten()
                     .map(|(handle_type, bytes)| FileHandle { handle_type, bytes }),
             })
@@ -137,7 +145,7 @@ impl PassthroughFs {
         let root = self.inodes.root();
         let mut found = Vec::new();
         let mut queue: VecDeque<(OwnedFd, Vec<u8>)> = VecDeque::new();
-        let Ok(first) = sys::dup(root.fd()) else {
+        let Ok(first) = sys::dup(self.inodes.root_fd()) else {
             return found;
         };
         queue.push_back((first, Vec::new()));
@@ -275,7 +283,8 @@ impl PassthroughFs {
         drop(lost);
         report.inodes = opened.len();
         for r in opened.into_values() {
-            self.inodes.insert_restored(r);
+            self.inodes
+                .insert_restored(r, |fd, t| self.hold_restored(fd, t));
         }
         self.inodes.bump_next_id(st.next_id.min(1 << 62));
         self.load_handles(&st.handles, abort_on_error, &mut report)?;
@@ -296,7 +305,7 @@ impl PassthroughFs {
             Location::Invalid { why } => return Resolve::Failed(format!("source: {why}")),
             Location::Path { parent, name } => {
                 let dir = if *parent == ROOT_ID {
-                    self.inodes.root().fd()
+                    self.inodes.root_fd()
                 } else if let Some(p) = opened.get(parent) {
                     p.fd.as_fd()
                 } else if failed.contains_key(parent) {
@@ -309,7 +318,7 @@ impl PassthroughFs {
                     None => return Resolve::Failed("invalid name".into()),
                 }
             }
-            Location::FullPath { path } => open_path(self.inodes.root().fd(), path),
+            Location::FullPath { path } => open_path(self.inodes.root_fd(), path),
             Location::Handle(h) => match mount_fd {
                 Some(m) => sys::open_by_handle(m.as_fd(), h.handle_type, &h.bytes, libc::O_PATH),
                 None => return Resolve::Failed("the shared directory cannot be opened".into()),

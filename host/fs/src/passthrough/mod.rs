@@ -34,6 +34,7 @@ mod crash;
 mod creds;
 mod extended;
 mod fs_impl;
+mod handles;
 mod locks;
 mod migrate;
 pub mod state;
@@ -55,7 +56,7 @@ use crate::abi::{flags as fflags, fopen, init_flags};
 use crate::filesystem::ROOT_ID;
 use crate::sys::{self, Stat};
 
-pub use self::config::{CachePolicy, Config, Error, Offer, SharedDir};
+pub use self::config::{CachePolicy, Config, Error, HandleMode, Offer, SharedDir};
 
 use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
 pub use crate::filesystem::{DirEntry, Entry, XattrReply};
@@ -133,6 +134,11 @@ pub struct PassthroughFs {
     lost: std::sync::Mutex<Lost>,
     /// Locks held for the guest (`-o posix_lock`, `-o flock`).
     locks: locks::LockTable,
+    /// `--inode-file-handles`: a descriptor of each mount handles are
+    /// opened on.
+    mounts: handles::Mounts,
+    /// `--inode-file-handles=prefer` found handles unusable: descriptors.
+    handles_off: std::sync::atomic::AtomicBool,
 }
 
 /// See [`PassthroughFs::lost`]: node id → lookup count, handle ids.
@@ -147,7 +153,9 @@ impl PassthroughFs {
     /// 0 (see the module documentation). Call before entering a sandbox.
     pub fn new(cfg: Config) -> Result<Self, Error> {
         let dir = SharedDir::open(&cfg.root_dir)?;
-        Ok(Self::at(cfg, dir))
+        let fs = Self::at(cfg, dir);
+        fs.check_file_handles()?;
+        Ok(fs)
     }
 
     /// A file system on a shared directory opened earlier (a live
@@ -165,6 +173,8 @@ impl PassthroughFs {
             refused_emfile: AtomicU64::new(0),
             lost: std::sync::Mutex::new(Lost::default()),
             locks: locks::LockTable::default(),
+            mounts: handles::Mounts::default(),
+            handles_off: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -188,6 +198,15 @@ impl PassthroughFs {
     /// Number of open handles.
     pub fn handle_count(&self) -> usize {
         self.handles.len()
+    }
+
+    /// Inodes held as file handles now (`--inode-file-handles`).
+    pub fn file_handle_count(&self) -> usize {
+        self.inodes
+            .all()
+            .iter()
+            .filter(|i| i.handle().is_some())
+            .count()
     }
 
     /// Lookup count of node `id` (None if unknown).
@@ -333,7 +352,8 @@ impl PassthroughFs {
         if !inode.is_reg() && !inode.is_dir() {
             return Err(err(libc::ENXIO));
         }
-        let name = sys::fd_name(inode.fd().as_raw_fd());
+        let inode_fd = inode.fd()?;
+        let name = sys::fd_name(inode_fd.as_raw_fd());
         sys::openat(
             self.proc_self_fd.as_fd(),
             &name,
@@ -343,11 +363,16 @@ impl PassthroughFs {
     }
 
     fn do_lookup(&self, parent: &Inode, name: &CStr) -> io::Result<Entry> {
-        let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let fd = sys::openat(
+            parent.fd()?.as_fd(),
+            name,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            0,
+        )?;
         // (Not `..`: the parent of a submount's root is no submount.)
         let submount = self.negotiated(init_flags::SUBMOUNTS)
             && !matches!(name.to_bytes(), b"." | b"..")
-            && sys::mount_of(fd.as_fd())? != sys::mount_of(parent.fd())?;
+            && sys::mount_of(fd.as_fd())? != sys::mount_of(parent.fd()?.as_fd())?;
         let mut e = self.insert_fd(fd, Some((parent.id, name.to_bytes())))?;
         e.submount = submount && e.attr.st_mode & libc::S_IFMT == libc::S_IFDIR;
         Ok(e)
@@ -364,8 +389,9 @@ impl PassthroughFs {
                 (st.st_dev, st.st_ino),
                 st.st_mode & libc::S_IFMT,
                 || self.room(1).is_ok(),
+                |fd| self.hold(fd, st.st_mode & libc::S_IFMT),
                 origin,
-            )
+            )?
             .ok_or_else(|| err(libc::EMFILE))?;
         Ok(Entry {
             inode: inode.id,
@@ -474,12 +500,12 @@ impl PassthroughFs {
     }
 
     pub(crate) fn getattr(&self, id: u64) -> io::Result<Stat> {
-        sys::stat_fd(self.inode(id)?.fd())
+        sys::stat_fd(self.inode(id)?.fd()?.as_fd())
     }
 
     pub(crate) fn statx(&self, id: u64, flags: u32, mask: u32) -> io::Result<libc::statx> {
         let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
-        sys::statx(self.inode(id)?.fd(), sync, mask)
+        sys::statx(self.inode(id)?.fd()?.as_fd(), sync, mask)
     }
 
     pub(crate) fn setattr(&self, ctx: Ctx, id: u64, a: &SetAttr) -> io::Result<Stat> {
@@ -492,13 +518,14 @@ impl PassthroughFs {
             if inode.file_type == libc::S_IFLNK {
                 return Err(err(libc::EOPNOTSUPP));
             }
-            let name = sys::fd_name(inode.fd().as_raw_fd());
+            let inode_fd = inode.fd()?;
+            let name = sys::fd_name(inode_fd.as_raw_fd());
             let mode = self.guest_mode(inode.file_type, mode);
             sys::fchmodat(self.proc_self_fd.as_fd(), &name, mode)?;
         }
         if a.uid.is_some() || a.gid.is_some() {
             sys::fchownat(
-                inode.fd(),
+                inode.fd()?.as_fd(),
                 c"",
                 a.uid.unwrap_or(u32::MAX),
                 a.gid.unwrap_or(u32::MAX),
@@ -507,10 +534,11 @@ impl PassthroughFs {
             if self.cfg.no_setid && inode.file_type != libc::S_IFLNK {
                 // The daemon's CAP_FSETID keeps the bits across its chown;
                 // the guest's file must not keep them for a new owner.
-                let mode = sys::stat_fd(inode.fd())?.st_mode;
+                let mode = sys::stat_fd(inode.fd()?.as_fd())?.st_mode;
                 let keep = self.guest_mode(inode.file_type, mode);
                 if keep != mode & 0o7777 {
-                    let name = sys::fd_name(inode.fd().as_raw_fd());
+                    let inode_fd = inode.fd()?;
+                    let name = sys::fd_name(inode_fd.as_raw_fd());
                     sys::fchmodat(self.proc_self_fd.as_fd(), &name, keep)?;
                 }
             }
@@ -531,13 +559,13 @@ impl PassthroughFs {
         if a.atime.is_some() || a.mtime.is_some() {
             let t = [timespec(a.atime)?, timespec(a.mtime)?];
             sys::utimensat(
-                inode.fd(),
+                inode.fd()?.as_fd(),
                 c"",
                 &t,
                 libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
             )?;
         }
-        sys::stat_fd(inode.fd())
+        sys::stat_fd(inode.fd()?.as_fd())
     }
 
     pub(crate) fn readlink(&self, id: u64) -> io::Result<Vec<u8>> {
@@ -545,7 +573,7 @@ impl PassthroughFs {
         if inode.file_type != libc::S_IFLNK {
             return Err(err(libc::EINVAL));
         }
-        sys::readlink_fd(inode.fd())
+        sys::readlink_fd(inode.fd()?.as_fd())
     }
 
     fn dir(&self, id: u64) -> io::Result<Arc<Inode>> {
@@ -568,7 +596,7 @@ impl PassthroughFs {
         let p = self.dir(parent)?;
         {
             let _c = self.creds(ctx)?;
-            replayed(sys::symlinkat(target, p.fd(), name), libc::EEXIST)?;
+            replayed(sys::symlinkat(target, p.fd()?.as_fd(), name), libc::EEXIST)?;
         }
         self.do_lookup(&p, name)
     }
@@ -605,7 +633,7 @@ impl PassthroughFs {
         {
             let _c = self.creds(ctx)?;
             let made = sys::mknodat(
-                p.fd(),
+                p.fd()?.as_fd(),
                 name,
                 kind | self.create_mode(ctx, &p, kind, mode),
                 sys::makedev(major, minor),
@@ -621,7 +649,7 @@ impl PassthroughFs {
         {
             let _c = self.creds(ctx)?;
             let mode = self.create_mode(ctx, &p, libc::S_IFDIR, mode);
-            let made = sys::mkdirat(p.fd(), name, mode);
+            let made = sys::mkdirat(p.fd()?.as_fd(), name, mode);
             replayed(made, libc::EEXIST)?;
         }
         self.do_lookup(&p, name)
@@ -630,7 +658,11 @@ impl PassthroughFs {
     pub(crate) fn unlink(&self, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
         self.writable()?;
         let p = self.dir(parent)?;
-        let res = sys::unlinkat(p.fd(), name, if dir { libc::AT_REMOVEDIR } else { 0 });
+        let res = sys::unlinkat(
+            p.fd()?.as_fd(),
+            name,
+            if dir { libc::AT_REMOVEDIR } else { 0 },
+        );
         replayed(res, libc::ENOENT)
     }
 
@@ -652,7 +684,7 @@ impl PassthroughFs {
         let n = self.dir(newdir)?;
         let exchange = flags & fflags::RENAME_EXCHANGE != 0;
         let ino_of = |d: &Inode, name: &CStr| {
-            sys::fstatat(d.fd(), name, libc::AT_SYMLINK_NOFOLLOW).map(|st| st.st_ino)
+            sys::fstatat(d.fd()?.as_fd(), name, libc::AT_SYMLINK_NOFOLLOW).map(|st| st.st_ino)
         };
         if exchange && crate::journal::journaling() {
             // Which file the old name holds tells, on a replay, whether
@@ -669,11 +701,11 @@ impl PassthroughFs {
             }
         });
         if !done {
-            sys::renameat2(o.fd(), oldname, n.fd(), newname, flags)?;
+            sys::renameat2(o.fd()?.as_fd(), oldname, n.fd()?.as_fd(), newname, flags)?;
         }
-        self.journal_moved(newdir, n.fd(), newname);
+        self.journal_moved(newdir, n.fd()?.as_fd(), newname);
         if exchange {
-            self.journal_moved(olddir, o.fd(), oldname);
+            self.journal_moved(olddir, o.fd()?.as_fd(), oldname);
         }
         Ok(())
     }
@@ -685,16 +717,23 @@ impl PassthroughFs {
             return Err(err(libc::EPERM));
         }
         let p = self.dir(newparent)?;
-        let res = sys::linkat(inode.fd(), c"", p.fd(), newname, libc::AT_EMPTY_PATH);
+        let res = sys::linkat(
+            inode.fd()?.as_fd(),
+            c"",
+            p.fd()?.as_fd(),
+            newname,
+            libc::AT_EMPTY_PATH,
+        );
         let res = match res {
             // Without CAP_DAC_READ_SEARCH, AT_EMPTY_PATH fails with ENOENT; a
             // regular file can then be linked through its /proc/self/fd name.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && inode.is_reg() => {
-                let name = sys::fd_name(inode.fd().as_raw_fd());
+                let inode_fd = inode.fd()?;
+                let name = sys::fd_name(inode_fd.as_raw_fd());
                 sys::linkat(
                     self.proc_self_fd.as_fd(),
                     &name,
-                    p.fd(),
+                    p.fd()?.as_fd(),
                     newname,
                     libc::AT_SYMLINK_FOLLOW,
                 )
@@ -771,7 +810,7 @@ impl PassthroughFs {
         let created = {
             let _c = self.creds(ctx)?;
             sys::openat(
-                p.fd(),
+                p.fd()?.as_fd(),
                 name,
                 flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
                 self.create_mode(ctx, &p, libc::S_IFREG, mode),
@@ -818,7 +857,7 @@ impl PassthroughFs {
         }
         {
             let _c = self.creds(ctx)?;
-            sys::access_fd(inode.fd(), mask)?;
+            sys::access_fd(inode.fd()?.as_fd(), mask)?;
         }
         let _kill = self.kill_priv(ctx)?;
         self.reopen(&inode, flags)
@@ -841,7 +880,7 @@ impl PassthroughFs {
         let fd = {
             let _c = self.creds(ctx)?;
             sys::openat(
-                p.fd(),
+                p.fd()?.as_fd(),
                 c".",
                 flags | libc::O_TMPFILE,
                 self.create_mode(ctx, &p, libc::S_IFREG, mode),
@@ -917,7 +956,7 @@ impl PassthroughFs {
     }
 
     pub(crate) fn statfs(&self, id: u64) -> io::Result<sys::Statfs> {
-        sys::fstatfs(self.inode(id)?.fd())
+        sys::fstatfs(self.inode(id)?.fd()?.as_fd())
     }
 
     pub(crate) fn access(&self, ctx: Ctx, id: u64, mask: u32) -> io::Result<()> {
@@ -927,6 +966,6 @@ impl PassthroughFs {
             return Err(err(libc::EROFS));
         }
         let _c = self.creds(ctx)?;
-        sys::access_fd(inode.fd(), mask)
+        sys::access_fd(inode.fd()?.as_fd(), mask)
     }
 }

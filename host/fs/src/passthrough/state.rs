@@ -87,6 +87,9 @@ pub struct FsSnapshot {
     pub state: FsState,
     /// Descriptors, indexed by `fd_index`.
     pub fds: Vec<RawFd>,
+    /// Descriptors among `fds` opened for the snapshot (of inodes held as
+    /// file handles), closed with it.
+    pub opened: std::sync::Arc<Vec<std::os::fd::OwnedFd>>,
 }
 
 /// A file handle (`name_to_handle_at(2)`): stable across hosts that mount

@@ -58,13 +58,53 @@ fn id_shard(id: u64) -> usize {
     (id % SHARDS as u64) as usize
 }
 
+/// How an inode holds on to its file.
+#[derive(Debug)]
+pub enum InodeFile {
+    /// An `O_PATH | O_NOFOLLOW` descriptor.
+    Fd(OwnedFd),
+    /// A file handle (`--inode-file-handles`), opened for each use: no
+    /// descriptor is held.
+    Handle {
+        handle_type: i32,
+        bytes: Box<[u8]>,
+        /// A descriptor on the file's mount, to open the handle on.
+        mount: Arc<OwnedFd>,
+    },
+}
+
+/// A descriptor of an inode's file (`O_PATH`): the one it holds, or one
+/// opened from its file handle for this use.
+#[derive(Debug)]
+pub enum InodeFd<'a> {
+    /// The inode's own.
+    Held(BorrowedFd<'a>),
+    /// Opened from the file handle; closed when dropped.
+    Opened(OwnedFd),
+}
+
+impl AsFd for InodeFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            InodeFd::Held(fd) => *fd,
+            InodeFd::Opened(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl std::os::fd::AsRawFd for InodeFd<'_> {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.as_fd().as_raw_fd()
+    }
+}
+
 /// One inode known to the guest.
 #[derive(Debug)]
 pub struct Inode {
     /// Node id the guest uses.
     pub id: u64,
-    /// `O_PATH | O_NOFOLLOW` descriptor of the file.
-    pub fd: OwnedFd,
+    /// The file.
+    pub file: InodeFile,
     /// Host device and inode number.
     pub key: InodeKey,
     /// `st_mode & S_IFMT`.
@@ -82,9 +122,28 @@ impl Inode {
         self.slot.load(Ordering::Relaxed)
     }
 
-    /// Descriptor of the file (`O_PATH`).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// A descriptor of the file (`O_PATH`); one held as a file handle is
+    /// opened (ESTALE once the file is gone).
+    pub fn fd(&self) -> std::io::Result<InodeFd<'_>> {
+        match &self.file {
+            InodeFile::Fd(fd) => Ok(InodeFd::Held(fd.as_fd())),
+            InodeFile::Handle {
+                handle_type,
+                bytes,
+                mount,
+            } => sys::open_by_handle(mount.as_fd(), *handle_type, bytes, libc::O_PATH)
+                .map(InodeFd::Opened),
+        }
+    }
+
+    /// Its file handle, when it is held as one.
+    pub fn handle(&self) -> Option<(i32, &[u8])> {
+        match &self.file {
+            InodeFile::Fd(_) => None,
+            InodeFile::Handle {
+                handle_type, bytes, ..
+            } => Some((*handle_type, bytes)),
+        }
     }
 
     /// Current lookup count.
@@ -119,7 +178,10 @@ pub type Origin<'a> = Option<(u64, &'a [u8])>;
 /// Journals a new node: its file handle if the file system gives one, and
 /// where it was found.
 fn journal_node(j: &Journal, inode: &Inode, origin: Origin<'_>) -> u32 {
-    let handle = sys::handle_of(inode.fd()).ok();
+    let handle = match inode.handle() {
+        Some((t, b)) => Some((t, b.to_vec())),
+        None => inode.fd().and_then(|fd| sys::handle_of(fd.as_fd())).ok(),
+    };
     j.add_node(
         key_shard(inode.key),
         inode.id,
@@ -138,7 +200,7 @@ impl InodeTable {
         InodeTable {
             root: Arc::new(Inode {
                 id: ROOT_ID,
-                fd: root_fd,
+                file: InodeFile::Fd(root_fd),
                 key: root_key,
                 file_type: libc::S_IFDIR,
                 generation: 0,
@@ -179,6 +241,15 @@ impl InodeTable {
         &self.root
     }
 
+    /// The root directory's descriptor: the root is always held as one
+    /// (its mount's descriptor, the root itself, would stand in).
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        match &self.root.file {
+            InodeFile::Fd(fd) => fd.as_fd(),
+            InodeFile::Handle { mount, .. } => mount.as_fd(),
+        }
+    }
+
     /// The inode of host file `key`, if the guest holds it.
     pub fn by_key(&self, key: InodeKey) -> Option<Arc<Inode>> {
         let id = *lock(&self.by_key[key_shard(key)]).get(&key)?;
@@ -193,19 +264,20 @@ impl InodeTable {
         read(&self.by_id[id_shard(id)]).get(&id).cloned()
     }
 
-    /// Finds the inode of `key`, or inserts one owning `fd` if `may_add()`
-    /// allows it (else `None`), and raises its lookup count by one. `fd` is
-    /// dropped when the inode was already known.
+    /// Finds the inode of `key`, or inserts one holding what `hold` makes
+    /// of `fd` if `may_add()` allows it (else `None`), and raises its lookup
+    /// count by one. `fd` is dropped when the inode was already known.
     pub fn lookup_or_insert(
         &self,
         fd: OwnedFd,
         key: InodeKey,
         file_type: u32,
         may_add: impl FnOnce() -> bool,
+        hold: impl FnOnce(OwnedFd) -> std::io::Result<InodeFile>,
         origin: Origin<'_>,
-    ) -> Option<Arc<Inode>> {
+    ) -> std::io::Result<Option<Arc<Inode>>> {
         if key == self.root.key {
-            return Some(self.root.clone());
+            return Ok(Some(self.root.clone()));
         }
         let mut keys = lock(&self.by_key[key_shard(key)]);
         if let Some(inode) = keys.get(&key).and_then(|id| self.get(*id)) {
@@ -213,15 +285,16 @@ impl InodeTable {
             if let Some(j) = self.journal {
                 j.set_refs(inode.slot(), refs);
             }
-            return Some(inode);
+            return Ok(Some(inode));
         }
         if !may_add() {
-            return None;
+            return Ok(None);
         }
+        let file = hold(fd)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let inode = Arc::new(Inode {
             id,
-            fd,
+            file,
             key,
             file_type,
             generation: 0,
@@ -235,12 +308,16 @@ impl InodeTable {
         }
         write(&self.by_id[id_shard(id)]).insert(id, inode.clone());
         keys.insert(key, id);
-        Some(inode)
+        Ok(Some(inode))
     }
 
-    /// Inserts a restored inode; the caller validated it and checked that the id
-    /// and key are unused.
-    pub fn insert_restored(&self, inode: RestoredInode) {
+    /// Inserts a restored inode, held as `hold` makes of its descriptor;
+    /// the caller validated it and checked that the id and key are unused.
+    pub fn insert_restored(
+        &self,
+        inode: RestoredInode,
+        hold: impl FnOnce(OwnedFd, u32) -> InodeFile,
+    ) {
         let RestoredInode {
             id,
             fd,
@@ -249,10 +326,11 @@ impl InodeTable {
             generation,
             refs,
         } = inode;
+        let file = hold(fd, file_type);
         let mut keys = lock(&self.by_key[key_shard(key)]);
         let inode = Arc::new(Inode {
             id,
-            fd,
+            file,
             key,
             file_type,
             generation,

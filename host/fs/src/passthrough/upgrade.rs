@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use super::state::{FsSnapshot, FsState, HandleState, InodeState, LockState};
-use super::table::RestoredInode;
+use super::table::{InodeFd, RestoredInode};
 use super::{Config, Error, PassthroughFs, SharedDir};
 use crate::filesystem::ROOT_ID;
 use crate::sys;
@@ -44,31 +44,55 @@ impl PassthroughFs {
                 locks: Vec::new(),
             },
             fds: Vec::new(),
+            opened: Default::default(),
         }
     }
 
     /// Exports the tables. Stop all request processing first; the descriptors
-    /// in the result are borrowed from `self`.
+    /// in the result are borrowed from `self`, but for those of inodes held
+    /// as file handles, opened for it (an inode whose handle no longer
+    /// opens, its file deleted, is reopened from one of its open files, or
+    /// left out when it has none: nothing could reach it any more).
     pub fn snapshot(&self) -> FsSnapshot {
         let mut fds = Vec::new();
-        let mut push = |fd: std::os::fd::BorrowedFd<'_>| {
-            fds.push(fd.as_raw_fd());
-            (fds.len() - 1) as u32
-        };
-        let inodes = self
-            .inodes
-            .all()
-            .iter()
-            .map(|i| InodeState {
+        let mut opened = Vec::new();
+        let all = self.inodes.all();
+        let mut inodes = Vec::with_capacity(all.len());
+        for i in &all {
+            let raw = match i.fd() {
+                Ok(InodeFd::Held(fd)) => fd.as_raw_fd(),
+                Ok(InodeFd::Opened(fd)) => {
+                    let raw = fd.as_raw_fd();
+                    opened.push(fd);
+                    raw
+                }
+                Err(e) => match self.path_from_open_file(i.id) {
+                    Some(fd) => {
+                        let raw = fd.as_raw_fd();
+                        opened.push(fd);
+                        raw
+                    }
+                    None => {
+                        log::warn!("upgrade: node {} is gone ({e}); not handed over", i.id);
+                        continue;
+                    }
+                },
+            };
+            fds.push(raw);
+            inodes.push(InodeState {
                 id: i.id,
                 dev: i.key.0,
                 ino: i.key.1,
                 refs: i.refs(),
                 generation: i.generation,
                 file_type: i.file_type,
-                fd_index: push(i.fd()),
-            })
-            .collect();
+                fd_index: (fds.len() - 1) as u32,
+            });
+        }
+        let mut push = |fd: std::os::fd::BorrowedFd<'_>| {
+            fds.push(fd.as_raw_fd());
+            (fds.len() - 1) as u32
+        };
         let handles = self
             .handles
             .all()
@@ -99,7 +123,16 @@ impl PassthroughFs {
         snap.state.handles = handles;
         snap.state.locks = locks;
         snap.fds = fds;
+        snap.opened = std::sync::Arc::new(opened);
         snap
+    }
+
+    /// An `O_PATH` descriptor of node `id`'s file through one of its open
+    /// handles.
+    fn path_from_open_file(&self, id: u64) -> Option<OwnedFd> {
+        let h = self.handles.all().into_iter().find(|h| h.inode == id)?;
+        let name = sys::fd_name(h.fd().as_raw_fd());
+        sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0).ok()
     }
 
     /// Rebuilds a file system from a snapshot taken by an earlier process.
@@ -114,6 +147,7 @@ impl PassthroughFs {
         fds: Vec<OwnedFd>,
     ) -> Result<Self, Error> {
         let fs = Self::at(cfg, dir);
+        fs.check_file_handles()?;
         if (state.root_dev, state.root_ino) != fs.inodes.root().key {
             return Err(bad("the shared directory is not the saved one".into()));
         }
@@ -169,14 +203,16 @@ impl PassthroughFs {
                     i.id
                 )));
             }
-            self.inodes.insert_restored(RestoredInode {
+            let r = RestoredInode {
                 id: i.id,
                 fd,
                 key: (i.dev, i.ino),
                 file_type: i.file_type,
                 generation: i.generation,
                 refs: i.refs,
-            });
+            };
+            self.inodes
+                .insert_restored(r, |fd, t| self.hold_restored(fd, t));
         }
         Ok(())
     }
@@ -269,7 +305,7 @@ impl PassthroughFs {
         }
         candidates
             .into_iter()
-            .find(|p| walk_from(root.fd(), p).is_some_and(|k| k == key))
+            .find(|p| walk_from(self.inodes.root_fd(), p).is_some_and(|k| k == key))
             .map(|p| p.strip_prefix(b"/").unwrap_or(p).to_vec())
     }
 }

@@ -113,6 +113,7 @@ pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
         announce_submounts: false,
         ids: Default::default(),
         posix_acl: Default::default(),
+        inode_file_handles: Default::default(),
         security_label: Default::default(),
         posix_lock: false,
         flock: false,
@@ -515,6 +516,7 @@ pub fn handover_config(dir: &Path) -> ConfigState {
         security_label: virtio_fs_ext::config::Negotiation::Never,
         posix_lock: false,
         flock: false,
+        inode_file_handles: Default::default(),
         tag: None,
     }
 }
