@@ -434,9 +434,9 @@ pub struct Opt {
     pub migration_verify_handles: bool,
 
     /// VM live migration with find-paths, on the source: prove each path at
-    /// switch-over. Always done by this daemon (the paths are taken while
-    /// the device is stopped and each is walked from the shared directory
-    /// before it is sent); accepted for virtiofsd compatibility.
+    /// switch-over. This daemon proves every path with or without the
+    /// option: the paths are taken while the device is stopped, and each is
+    /// walked from the shared directory to the same file before it is sent.
     #[arg(long)]
     pub migration_confirm_paths: bool,
 
