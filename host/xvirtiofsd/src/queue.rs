@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use crate::FsServer as Server;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
+use vm_memory::atomic::GuestMemoryLoadGuard;
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use xvfs_fs::journal::Journal;
 use xvfs_fs::ratelimit::RateLimiter;
@@ -459,7 +460,7 @@ struct Waiting {
     request_bytes: usize,
     started: Instant,
     /// Keeps the memory `w` points into mapped.
-    _mem: vm_memory::atomic::GuestMemoryLoadGuard<GuestMemoryMmap>,
+    _mem: Arc<GuestMemoryMmap>,
 }
 
 // SAFETY: `w` holds raw pointers into guest memory, which `_mem` keeps
@@ -505,7 +506,7 @@ impl WorkerCtx {
             if let Some(log) = &self.log {
                 log.mark_used();
             }
-            if self.serve_batch(mem)? > 0 {
+            if self.serve_batch(&guard)? > 0 {
                 idle_since = Instant::now();
             }
             self.retry_waiting(mem)?;
@@ -587,7 +588,11 @@ impl WorkerCtx {
     /// Returns how many chains were served.
     /// A ring the guest corrupted ends the batch with a fault before
     /// virtio-queue sees it.
-    fn serve_batch(&mut self, mem: &GuestMemoryMmap) -> Result<u64, RingFault> {
+    fn serve_batch(
+        &mut self,
+        guard: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+    ) -> Result<u64, RingFault> {
+        let mem: &GuestMemoryMmap = guard;
         let mut served = 0u64;
         self.check_avail(mem)?;
         while !self.stop.load(Ordering::Relaxed) {
@@ -620,7 +625,7 @@ impl WorkerCtx {
                             w,
                             request_bytes,
                             started,
-                            _mem: self.mem.memory(),
+                            _mem: guard.clone().into_inner(),
                         }),
                     }
                 }
