@@ -21,6 +21,7 @@ pub mod mem;
 pub mod metrics;
 pub mod metrics_file;
 pub mod migration;
+pub mod poll;
 pub mod queue;
 pub mod replay;
 pub mod sandbox;

@@ -12,20 +12,7 @@
 //! fault in its [`WorkerExit`], and signals the supervisor's eventfd so that
 //! the control plane reaps it, marks the ring broken and tells the guest.
 //!
-//! # Busy-event wait (XFUSE)
-//!
-//! After serving a batch the worker keeps guest notifications suppressed and
-//! polls the avail index for up to the poll window. If nothing arrives it
-//! re-arms notifications, re-checks the ring (a request that landed just as
-//! polling stopped is served, not lost), and only then sleeps on the kick
-//! eventfd. `--poll adaptive` polls only while the observed gap between
-//! requests is shorter than the poll window plus the measured cost of a
-//! wake-up: beyond that, polling burns CPU for nothing.
-//!
-//! `--poll-cpu-max P` bounds what polling may cost: each worker earns P % of
-//! the wall-clock time as polling credit (at most P % of [`BUDGET_PERIOD`]
-//! banked) and never polls longer than its credit, so its spinning stays
-//! within P % of a CPU whatever the traffic.
+//! Between batches a worker busy-waits or sleeps as [`crate::poll`] decides.
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -46,9 +33,10 @@ use crate::chain::{split_chain, ChainWriter};
 use crate::dirty_log::LogTarget;
 use crate::mem::GuestMemoryMmap;
 pub use crate::metrics::QueueStats;
+use crate::poll::PollPolicy;
+pub use crate::poll::{measure_wake_cost, PollConfig, PollMode, BUDGET_PERIOD};
 use crate::replay::Recorder;
 use crate::sys;
-pub use virtio_fs_ext::config::PollMode;
 use xvfs_fs::fuse::LockWait;
 use xvfs_fs::server::Outcome;
 
@@ -101,31 +89,6 @@ pub enum RingFault {
 /// The call eventfd, replaceable while the worker runs (SET_VRING_CALL).
 pub type CallFd = Arc<RwLock<Option<File>>>;
 
-/// Busy-wait settings shared by every worker.
-#[derive(Debug, Clone, Copy)]
-pub struct PollConfig {
-    pub mode: PollMode,
-    pub window: Duration,
-    /// Measured cost of sleeping on an eventfd and being woken.
-    pub wake_cost: Duration,
-    /// Most CPU a worker may spend polling, in percent of wall-clock time
-    /// (1-100; 100: no budget beyond the window).
-    pub cpu_max: u8,
-}
-
-impl PollConfig {
-    pub const NEVER: PollConfig = PollConfig {
-        mode: PollMode::Never,
-        window: Duration::ZERO,
-        wake_cost: Duration::ZERO,
-        cpu_max: 100,
-    };
-}
-
-/// The period over which `--poll-cpu-max` is enforced: a worker banks at
-/// most its share of this much polling credit.
-pub const BUDGET_PERIOD: Duration = Duration::from_millis(100);
-
 /// Per-worker settings.
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
@@ -136,113 +99,6 @@ pub struct WorkerOptions {
     pub log: Option<LogTarget>,
     /// Crash restart: where requests in flight are recorded.
     pub journal: Option<&'static Journal>,
-}
-
-/// The adaptive decision (an exponentially weighted mean of the idle gaps)
-/// and the CPU budget (polling credit earned with wall-clock time).
-#[derive(Debug)]
-struct PollPolicy {
-    cfg: PollConfig,
-    gap_ewma_ns: u64,
-    credit_ns: u64,
-    credited_at: Instant,
-}
-
-impl PollPolicy {
-    fn new(cfg: PollConfig) -> Self {
-        PollPolicy {
-            cfg,
-            gap_ewma_ns: 0,
-            credit_ns: Self::credit_cap(cfg),
-            credited_at: Instant::now(),
-        }
-    }
-
-    fn credit_cap(cfg: PollConfig) -> u64 {
-        BUDGET_PERIOD.as_nanos() as u64 * u64::from(cfg.cpu_max.min(100)) / 100
-    }
-
-    /// How long to poll now: zero when polling does not pay or the budget
-    /// is spent, else the window, cut to the credit left.
-    fn window_at(&mut self, now: Instant) -> Duration {
-        if !self.should_poll() {
-            return Duration::ZERO;
-        }
-        if self.cfg.cpu_max >= 100 {
-            return self.cfg.window;
-        }
-        let earned = now.saturating_duration_since(self.credited_at).as_nanos() as u64
-            * u64::from(self.cfg.cpu_max)
-            / 100;
-        self.credited_at = now;
-        self.credit_ns = self
-            .credit_ns
-            .saturating_add(earned)
-            .min(Self::credit_cap(self.cfg));
-        self.cfg.window.min(Duration::from_nanos(self.credit_ns))
-    }
-
-    /// Charges time spent polling against the budget.
-    fn spend(&mut self, polled: Duration) {
-        self.credit_ns = self.credit_ns.saturating_sub(polled.as_nanos() as u64);
-    }
-
-    fn threshold_ns(&self) -> u64 {
-        (self.cfg.window + self.cfg.wake_cost).as_nanos() as u64
-    }
-
-    fn should_poll(&self) -> bool {
-        match self.cfg.mode {
-            PollMode::Never => false,
-            PollMode::Always => !self.cfg.window.is_zero(),
-            PollMode::Adaptive => {
-                !self.cfg.window.is_zero() && self.gap_ewma_ns <= self.threshold_ns()
-            }
-        }
-    }
-
-    /// Records the idle time before the latest batch arrived. Long idle
-    /// periods are capped so that polling resumes a few requests into a burst.
-    fn observe_gap(&mut self, gap: Duration) {
-        let cap = self.threshold_ns().saturating_mul(16).max(1);
-        let g = (gap.as_nanos() as u64).min(cap);
-        self.gap_ewma_ns = self.gap_ewma_ns - self.gap_ewma_ns / 4 + g / 4;
-    }
-}
-
-/// Measures the cost of waking a thread sleeping on an eventfd (half an
-/// eventfd ping-pong round trip, median of `rounds`).
-pub fn measure_wake_cost(rounds: usize) -> Duration {
-    let (Ok(a), Ok(b)) = (sys::eventfd(), sys::eventfd()) else {
-        return Duration::from_micros(20);
-    };
-    let (a, b) = (Arc::new(a), Arc::new(b));
-    let (a2, b2) = (Arc::clone(&a), Arc::clone(&b));
-    let echo = std::thread::spawn(move || {
-        for _ in 0..rounds {
-            if sys::poll_readable(&[a2.as_fd()], 1000).is_err() {
-                return;
-            }
-            let _ = sys::eventfd_drain(a2.as_fd());
-            let _ = sys::eventfd_signal(b2.as_fd());
-        }
-    });
-    let mut samples = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let _ = sys::eventfd_signal(a.as_fd());
-        if sys::poll_readable(&[b.as_fd()], 1000).is_err() {
-            break;
-        }
-        let _ = sys::eventfd_drain(b.as_fd());
-        samples.push(t.elapsed() / 2);
-    }
-    let _ = echo.join();
-    samples.sort();
-    samples
-        .get(samples.len() / 2)
-        .copied()
-        .unwrap_or(Duration::from_micros(20))
 }
 
 /// Where a stopped ring left off.
@@ -731,103 +587,5 @@ impl WorkerCtx {
                 let _ = sys::eventfd_signal(f.as_fd());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg(mode: PollMode) -> PollConfig {
-        PollConfig {
-            mode,
-            window: Duration::from_micros(50),
-            wake_cost: Duration::from_micros(10),
-            cpu_max: 100,
-        }
-    }
-
-    #[test]
-    fn the_cpu_budget_bounds_polling_to_its_share_of_wall_time() {
-        let mut p = PollPolicy::new(PollConfig {
-            cpu_max: 10,
-            ..cfg(PollMode::Always)
-        });
-        let t0 = p.credited_at;
-        // Poll back to back for one simulated second, each poll using all
-        // it is given, with 1 µs of serving between polls.
-        let (mut now, mut polled) = (t0, Duration::ZERO);
-        while now < t0 + Duration::from_secs(1) {
-            let w = p.window_at(now);
-            p.spend(w);
-            polled += w;
-            now += w + Duration::from_micros(1);
-        }
-        // 10 % of 1 s earned, plus the 10 ms banked at the start.
-        let most = Duration::from_millis(100) + BUDGET_PERIOD / 10;
-        assert!(polled <= most, "polled {polled:?} > {most:?}");
-        assert!(polled >= Duration::from_millis(90), "polled {polled:?}");
-        // Idle for a second: the credit is capped, not a second's worth.
-        let w = p.window_at(now + Duration::from_secs(1));
-        assert_eq!(
-            w,
-            Duration::from_micros(50),
-            "the window still caps one poll"
-        );
-        assert_eq!(p.credit_ns, BUDGET_PERIOD.as_nanos() as u64 / 10);
-    }
-
-    #[test]
-    fn without_a_budget_the_window_is_given_whole() {
-        let mut p = PollPolicy::new(cfg(PollMode::Always));
-        for _ in 0..10_000 {
-            let w = p.window_at(Instant::now());
-            assert_eq!(w, Duration::from_micros(50));
-            p.spend(w);
-        }
-        let mut never = PollPolicy::new(cfg(PollMode::Never));
-        assert_eq!(never.window_at(Instant::now()), Duration::ZERO);
-    }
-
-    #[test]
-    fn adaptive_stops_polling_on_slow_arrivals_and_resumes_on_fast_ones() {
-        let mut p = PollPolicy::new(cfg(PollMode::Adaptive));
-        assert!(p.should_poll(), "polls until it has seen the traffic");
-        for _ in 0..20 {
-            p.observe_gap(Duration::from_millis(5));
-        }
-        assert!(!p.should_poll(), "5 ms gaps are far beyond 60 µs");
-        let mut n = 0;
-        while !p.should_poll() {
-            p.observe_gap(Duration::from_micros(5));
-            n += 1;
-            assert!(n < 64, "must resume within a short burst");
-        }
-    }
-
-    #[test]
-    fn never_and_always_ignore_the_traffic() {
-        let mut never = PollPolicy::new(cfg(PollMode::Never));
-        let mut always = PollPolicy::new(cfg(PollMode::Always));
-        for _ in 0..10 {
-            never.observe_gap(Duration::from_micros(1));
-            always.observe_gap(Duration::from_secs(1));
-        }
-        assert!(!never.should_poll());
-        assert!(always.should_poll());
-        let zero = PollPolicy::new(PollConfig {
-            window: Duration::ZERO,
-            ..cfg(PollMode::Always)
-        });
-        assert!(!zero.should_poll(), "a zero window never polls");
-    }
-
-    #[test]
-    fn wake_cost_is_measured() {
-        let c = measure_wake_cost(20);
-        assert!(
-            c > Duration::ZERO && c < Duration::from_millis(100),
-            "{c:?}"
-        );
     }
 }
