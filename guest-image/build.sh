@@ -39,9 +39,10 @@ KERNEL_DIR=
 
 print_help() {
     cat <<'HELP'
-usage: guest-image/build.sh [--force]
+usage: guest-image/build.sh [--force] [--kernel-only]
 Builds build/guest/vmlinux and build/guest/initramfs.cpio (cached).
-  --force   rebuild both even if cached
+  --force        rebuild both even if cached
+  --kernel-only  only the kernel and its modules (the Buildroot image uses them)
 Environment: XVFS_GUEST_DIR (output directory, default build/guest)
 HELP
 }
@@ -268,16 +269,24 @@ cleanup() {
 }
 
 main() {
+    local kernel_only=''
     FORCE=
-    case "${1:-}" in
-        -h | --help) print_help; return 0 ;;
-        --force) FORCE=1 ;;
-        "") ;;
-        *) print_help >&2; die "unexpected argument: $1" ;;
-    esac
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            -h | --help) print_help; return 0 ;;
+            --force) FORCE=1 ;;
+            --kernel-only) kernel_only=1 ;;
+            *) print_help >&2; die "unexpected argument: $1" ;;
+        esac
+        shift
+    done
     mkdir -p "$OUT"
     trap cleanup EXIT
     build_kernel
+    if [ -n "$kernel_only" ]; then
+        say "guest kernel ready: $OUT/vmlinux"
+        return 0
+    fi
     build_initramfs
     say "guest image ready: $OUT/vmlinux $OUT/initramfs.cpio"
 }
