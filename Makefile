@@ -26,15 +26,34 @@ export SHARE CMD QUEUES VCPUS MEM DAEMON DAEMON_ARGS XVFS_ACCEL
 # `make vm DAEMON=/opt/.../virtiofsd` does not need our daemon built.
 VM_BUILD := $(if $(filter $(DEFAULT_DAEMON),$(abspath $(DAEMON))),build)
 
-.PHONY: help deps build image vm test clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
+# The guest image of image, vm, bench*, upgrade-demo, crash-demo: debian
+# (guest-image/build.sh, the default) or buildroot (guest-image/buildroot/,
+# docs/buildroot.md; it carries xfilebench, so it needs `make build`).
+IMAGE ?= debian
+ifeq ($(IMAGE),debian)
+IMAGE_SCRIPT := guest-image/build.sh
+IMAGE_NEEDS :=
+else ifeq ($(IMAGE),buildroot)
+IMAGE_SCRIPT := guest-image/buildroot/build.sh
+IMAGE_NEEDS := build
+export XVFS_KERNEL ?= $(CURDIR)/build/guest-buildroot/vmlinux
+export XVFS_INITRD ?= $(CURDIR)/build/guest-buildroot/initramfs.cpio
+else
+$(error IMAGE must be debian or buildroot, not '$(IMAGE)')
+endif
+
+.PHONY: help deps build image vm test test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
 	@echo 'make build   cargo build --release in host/ (host/target/release/xvirtiofsd)'
 	@echo 'make image   build the guest kernel + initramfs (build/guest/)'
+	@echo '             IMAGE=buildroot: the Buildroot guest, built offline from Debian sources'
+	@echo '             (build/guest-buildroot/, docs/buildroot.md); vm, bench* take IMAGE= too'
 	@echo 'make vm      boot a guest on SHARE (default ./shared), mounted on /mnt/shared'
 	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
+	@echo 'make test-buildroot  build the Buildroot image (cached), run test_ops and test_filebench in it'
 	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
 	@echo '             print the guest-visible pause and the error count'
 	@echo 'make crash-demo  the same with --crash-restart and 20 kill -9 of the serving process,'
@@ -60,8 +79,8 @@ deps:
 build: deps
 	cd host && cargo build --release
 
-image: deps
-	@guest-image/build.sh
+image: deps $(IMAGE_NEEDS)
+	@$(IMAGE_SCRIPT)
 
 # Make itself exits 2 when the guest command fails; "Error N" shows its status,
 # and vmm-config/run-vm returns it unchanged.
@@ -70,6 +89,11 @@ vm: deps $(VM_BUILD) image
 
 test: deps build image
 	@tests/run-all.sh
+
+# Not part of `make test`: a cold Buildroot build takes a while (docs/buildroot.md).
+test-buildroot: deps build
+	@guest-image/buildroot/build.sh
+	@guest-image/buildroot/test.sh
 
 upgrade-demo: deps build image
 	@tests/vm/test_upgrade.sh
