@@ -81,21 +81,32 @@ br_make() {
     fi
 }
 
+# A hash of what Buildroot's own change tracking misses: the toolchain, the
+# configuration, the package overrides, the busybox fragment, the hash files
+# and the sources fill-dl.sh supplies.
+config_key() {
+    {
+        cat "$BR_TOOLCHAIN/.key"
+        files_hash guest-image/buildroot/configs guest-image/buildroot/patches \
+            guest-image/buildroot/board/xvirtiofs/overrides.local \
+            guest-image/buildroot/board/xvirtiofs/busybox.fragment guest-image/buildroot/fill-dl.sh
+    } | sha256sum | cut -c1-16
+}
+
+# Configure BR_OUT; when the configuration changed, from scratch (a cold
+# build is a few minutes: cheaper than finding what to rebuild).
 configure() {
-    local stamp=$BR_OUT/.xvfs-defconfig
-    local want
-    # Every package is built with the toolchain: a new one starts from scratch.
-    if [ -d "$BR_OUT" ] && [ "$(cat "$BR_OUT/.xvfs-toolchain" 2>/dev/null)" != "$(cat "$BR_TOOLCHAIN/.key")" ]; then
-        say "buildroot: new toolchain, removing $BR_OUT"
-        rm -rf "$BR_OUT"
-    fi
-    mkdir -p "$BR_OUT"
-    cp "$BR_TOOLCHAIN/.key" "$BR_OUT/.xvfs-toolchain"
-    want=$(sha256sum "$BR_EXTERNAL/configs/$DEFCONFIG" | cut -d' ' -f1)
-    if [ -f "$BR_OUT/.config" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    local stamp=$BR_OUT/.xvfs-config want
+    want=$(config_key)
+    if [ -f "$BR_OUT/.config" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         return 0
     fi
+    if [ -d "$BR_OUT" ]; then
+        say "buildroot: configuration or toolchain changed, removing $BR_OUT"
+        rm -rf "$BR_OUT"
+    fi
     say "buildroot: $DEFCONFIG"
+    mkdir -p "$BR_OUT"
     br_make "$DEFCONFIG" >/dev/null
     echo "$want" >"$stamp"
 }
