@@ -6,8 +6,9 @@
 # Debian source package's .orig tarball (apt-get source --print-uris, then
 # apt's own downloader, checked against the Sources index's sha256 and the
 # sha256 pinned here) and puts it where Buildroot looks:
-#   same   the Debian orig is byte-identical to upstream's: copied under
-#          Buildroot's file name, Buildroot's own .hash file checks it
+#   same   copied under the file name the package expects, whose own .hash
+#          file checks it (Buildroot's packages: Debian's orig is
+#          byte-identical to upstream's; xvirtiofs-gnu-stat: ours)
 #   hash   another version than Buildroot's: copied under the name of that
 #          version; patches/<pkg>/<pkg>.hash (BR2_GLOBAL_PATCH_DIR) gets its
 #          sha256, and board/xvirtiofs/overrides.local sets the version
@@ -41,6 +42,7 @@ SOURCES=(
     "acl same acl=2.3.2-2 acl_2.3.2.orig.tar.xz 97203a72cae99ab89a067fe2210c1cbf052bc492b479eca7d226d9830883b0bd acl-2.3.2.tar.xz"
     "attr same attr=1:2.5.2-3 attr_2.5.2.orig.tar.xz f2e97b0ab7ce293681ab701915766190d607a1dba7fae8a718138150b700a70b attr-2.5.2.tar.xz"
     "fio hash fio=3.33-3 fio_3.33.orig.tar.gz d2410e13e0f379d061d077cc5ae325835bb7c6186aa7bafc1df954cbc9b014fc fio-3.33.tar.gz"
+    "xvirtiofs-gnu-stat same coreutils=9.7-3 coreutils_9.7.orig.tar.xz e8bb26ad0293f9b5a1fc43fb42ba970e312c66ce92c1b0b16713d7500db251bf coreutils-9.7.tar.xz"
     "tar srcdir tar=1.35+dfsg-3.1 tar_1.35+dfsg.orig.tar.xz 9ae57e981c1e73c0eebc2b26c9b0c4497fe310ef1d516ea430efb5470b71f7a8 tar-1.35+dfsg"
 )
 SRC_LIST=/etc/apt/sources.list.d/xvirtiofs-src.list
