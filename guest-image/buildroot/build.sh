@@ -83,13 +83,15 @@ br_make() {
 
 # A hash of what Buildroot's own change tracking misses: the toolchain, the
 # configuration, the package overrides, the busybox fragment, the hash files
-# and the sources fill-dl.sh supplies.
+# and the sources fill-dl.sh supplied (dl/<pkg>/<file>, src/<dir>/.xvfs-from).
 config_key() {
     {
         cat "$BR_TOOLCHAIN/.key"
         files_hash guest-image/buildroot/configs guest-image/buildroot/patches \
             guest-image/buildroot/board/xvirtiofs/overrides.local \
-            guest-image/buildroot/board/xvirtiofs/busybox.fragment guest-image/buildroot/fill-dl.sh
+            guest-image/buildroot/board/xvirtiofs/busybox.fragment
+        (cd "$BR_WORK" && find dl src -mindepth 2 -maxdepth 2 -type f ! -path 'dl/debian/*' -print0 |
+            LC_ALL=C sort -z | xargs -0 sha256sum)
     } | sha256sum | cut -c1-16
 }
 
