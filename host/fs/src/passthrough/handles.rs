@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -42,13 +42,11 @@ impl PassthroughFs {
         if self.cfg.inode_file_handles == HandleMode::Never {
             return Ok(());
         }
-        let root = self.inodes.root();
-        let works = root.fd().and_then(|fd| {
-            let dir = self.reopen(root, libc::O_RDONLY | libc::O_DIRECTORY)?;
-            let (t, bytes, mount) = sys::handle_and_mount(fd.as_fd())?;
-            sys::open_by_handle(dir.as_fd(), t, &bytes, libc::O_PATH)?;
-            lock(&self.mounts).insert(mount, (root.key.0, Arc::new(dir)));
-            Ok(())
+        // The root's mount goes through the same check as every other.
+        let (fd, dev) = (self.inodes.root_fd(), self.inodes.root().key.0);
+        let works = sys::handle_and_mount(fd).and_then(|(t, bytes, mount)| {
+            self.mount_fd(fd, dev, mount, libc::S_IFDIR, (t, &bytes))
+                .map(drop)
         });
         match (works, self.cfg.inode_file_handles) {
             (Ok(()), _) => Ok(()),
@@ -69,9 +67,10 @@ impl PassthroughFs {
         }
     }
 
-    /// How the new inode of `fd` (type `file_type`) is held.
-    pub(crate) fn hold(&self, fd: OwnedFd, file_type: u32) -> io::Result<InodeFile> {
-        Ok(match self.handle_for(&fd, file_type)? {
+    /// How the new inode of `fd` (on device `dev`, type `file_type`) is
+    /// held.
+    pub(crate) fn hold(&self, fd: OwnedFd, dev: u64, file_type: u32) -> io::Result<InodeFile> {
+        Ok(match self.handle_for(&fd, dev, file_type)? {
             Some(h) => h,
             None => InodeFile::Fd(fd),
         })
@@ -79,20 +78,20 @@ impl PassthroughFs {
 
     /// [`PassthroughFs::hold`] for an inode received from a predecessor or
     /// a migration source: held as a descriptor where a handle fails.
-    pub(crate) fn hold_restored(&self, fd: OwnedFd, file_type: u32) -> InodeFile {
-        match self.handle_for(&fd, file_type) {
+    pub(crate) fn hold_restored(&self, fd: OwnedFd, dev: u64, file_type: u32) -> InodeFile {
+        match self.handle_for(&fd, dev, file_type) {
             Ok(Some(h)) => h,
             _ => InodeFile::Fd(fd),
         }
     }
 
     /// The file handle `fd`'s inode is to be held as; None: as `fd`.
-    fn handle_for(&self, fd: &OwnedFd, file_type: u32) -> io::Result<Option<InodeFile>> {
+    fn handle_for(&self, fd: &OwnedFd, dev: u64, file_type: u32) -> io::Result<Option<InodeFile>> {
         if !self.handles_on() {
             return Ok(None);
         }
         let made = sys::handle_and_mount(fd.as_fd()).and_then(|(t, bytes, mount_id)| {
-            let mount = self.mount_fd(fd, mount_id, file_type)?;
+            let mount = self.mount_fd(fd.as_fd(), dev, mount_id, file_type, (t, &bytes))?;
             Ok(InodeFile::Handle {
                 handle_type: t,
                 bytes: bytes.into_boxed_slice(),
@@ -116,11 +115,18 @@ impl PassthroughFs {
         }
     }
 
-    /// The descriptor of mount `mount_id` that `fd`'s file is on: known, or
-    /// made from `fd` when it is a directory (tried once to open the file's
-    /// own handle). ENOENT when there is none yet.
-    fn mount_fd(&self, fd: &OwnedFd, mount_id: i32, file_type: u32) -> io::Result<Arc<OwnedFd>> {
-        let dev = sys::stat_fd(fd.as_fd())?.st_dev;
+    /// The descriptor of mount `mount_id` (device `dev`) that `fd`'s file
+    /// is on: known, or made from `fd` when it is a directory (tried once
+    /// to open the file's own handle `handle`). ENOENT when there is none
+    /// yet.
+    fn mount_fd(
+        &self,
+        fd: BorrowedFd<'_>,
+        dev: u64,
+        mount_id: i32,
+        file_type: u32,
+        handle: (i32, &[u8]),
+    ) -> io::Result<Arc<OwnedFd>> {
         let mut mounts = lock(&self.mounts);
         if let Some((d, m)) = mounts.get(&mount_id) {
             if *d == dev {
@@ -137,8 +143,7 @@ impl PassthroughFs {
             libc::O_RDONLY | libc::O_DIRECTORY,
             0,
         )?;
-        let (t, bytes) = sys::handle_of(fd.as_fd())?;
-        sys::open_by_handle(dir.as_fd(), t, &bytes, libc::O_PATH)?;
+        sys::open_by_handle(dir.as_fd(), handle.0, handle.1, libc::O_PATH)?;
         let dir = Arc::new(dir);
         mounts.insert(mount_id, (dev, Arc::clone(&dir)));
         Ok(dir)

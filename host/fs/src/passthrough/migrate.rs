@@ -284,7 +284,7 @@ impl PassthroughFs {
         report.inodes = opened.len();
         for r in opened.into_values() {
             self.inodes
-                .insert_restored(r, |fd, t| self.hold_restored(fd, t));
+                .insert_restored(r, |fd, dev, t| self.hold_restored(fd, dev, t));
         }
         self.inodes.bump_next_id(st.next_id.min(1 << 62));
         self.load_handles(&st.handles, abort_on_error, &mut report)?;

@@ -390,7 +390,7 @@ impl PassthroughFs {
                 (st.st_dev, st.st_ino),
                 st.st_mode & libc::S_IFMT,
                 || self.room(1).is_ok(),
-                |fd| self.hold(fd, st.st_mode & libc::S_IFMT),
+                |fd| self.hold(fd, st.st_dev, st.st_mode & libc::S_IFMT),
                 origin,
             )?
             .ok_or_else(|| err(libc::EMFILE))?;

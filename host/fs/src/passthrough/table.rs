@@ -316,7 +316,7 @@ impl InodeTable {
     pub fn insert_restored(
         &self,
         inode: RestoredInode,
-        hold: impl FnOnce(OwnedFd, u32) -> InodeFile,
+        hold: impl FnOnce(OwnedFd, u64, u32) -> InodeFile,
     ) {
         let RestoredInode {
             id,
@@ -326,7 +326,7 @@ impl InodeTable {
             generation,
             refs,
         } = inode;
-        let file = hold(fd, file_type);
+        let file = hold(fd, key.0, file_type);
         let mut keys = lock(&self.by_key[key_shard(key)]);
         let inode = Arc::new(Inode {
             id,

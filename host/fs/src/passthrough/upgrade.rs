@@ -212,7 +212,7 @@ impl PassthroughFs {
                 refs: i.refs,
             };
             self.inodes
-                .insert_restored(r, |fd, t| self.hold_restored(fd, t));
+                .insert_restored(r, |fd, dev, t| self.hold_restored(fd, dev, t));
         }
         Ok(())
     }
