@@ -89,12 +89,7 @@ step_vm_test() {
     local t=$1 name rc=0 p='' f=''
     name=vm-$(basename "$t" .sh)
     run_logged "$name" "$t" || rc=$?
-    read -r p f < <(tail -n 1 "$LOG_DIR/$name.log" | awk '/^[0-9]+ passed, [0-9]+ failed$/ {print $1, $3}') || true
-    if [ -z "$p" ]; then
-        p=0 f=1
-    elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        f=1
-    fi
+    read -r p f < <(test_counts "$LOG_DIR/$name.log" "$rc")
     PASSED=$((PASSED + p))
     FAILED=$((FAILED + f))
     [ "$f" -eq 0 ] || FAILURES+=("$name ($f)")

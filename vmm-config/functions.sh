@@ -49,3 +49,17 @@ apt_update() {
 # The repository root (this file lives in <root>/vmm-config/).
 XVFS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export XVFS_ROOT
+
+# test_counts LOG RC: "PASSED FAILED" of a VM test from the "N passed, M
+# failed" last line of its LOG and its exit status RC: no such line counts as
+# one failure, and so does a non-zero status with no failure counted.
+test_counts() {
+    local p='' f=''
+    read -r p f < <(tail -n 1 "$1" | awk '/^[0-9]+ passed, [0-9]+ failed$/ {print $1, $3}') || true
+    if [ -z "$p" ]; then
+        p=0 f=1
+    elif [ "$2" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1
+    fi
+    echo "$p $f"
+}

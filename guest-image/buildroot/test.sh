@@ -25,13 +25,7 @@ main() {
         say "buildroot image: $t (log $log)"
         rc=0
         "$XVFS_ROOT/tests/vm/$t.sh" 2>&1 | tee "$log" || rc=$?
-        p='' f=''
-        read -r p f < <(tail -n 1 "$log" | awk '/^[0-9]+ passed, [0-9]+ failed$/ {print $1, $3}') || true
-        if [ -z "$p" ]; then
-            p=0 f=1
-        elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-            f=1
-        fi
+        read -r p f < <(test_counts "$log" "$rc")
         passed=$((passed + p))
         failed=$((failed + f))
     done
