@@ -122,6 +122,10 @@ if [ -s "$VMT_DIR/mark.txt" ]; then
 else
     fail "no clock marker for the pause per upgrade"
 fi
+# Each successor proved the inodes inside the share before the pause (the
+# predecessor sent them on `preload`), so the pause only restores tables.
+preloaded=$(grep -c "inodes proven inside the share before the pause" "$VMT_DIR/run/daemon.log")
+assert_eq "$UPGRADES" "$preloaded" "every successor preloaded the inodes before the pause"
 
 # Second boot: a daemon started with --fd, as libvirt does, under a stand-in
 # for systemd's notification socket (NOTIFY_SOCKET, as xvirtiofsd@.service

@@ -294,6 +294,71 @@ fn restore_refuses_descriptors_outside_the_share() {
     std::fs::remove_dir_all(&sibling).unwrap();
 }
 
+/// A successor's preload (descriptors sent while the predecessor serves)
+/// proves the share's files before the pause, keeps nothing from outside
+/// it, and the restore then still refuses a forged descriptor from outside.
+#[test]
+fn preload_proves_the_share_and_nothing_outside_it() {
+    use std::os::unix::fs::MetadataExt;
+    let h = Harness::new();
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    std::fs::write(h.dir.join("d/f"), b"in").unwrap();
+    std::os::unix::fs::symlink("d/f", h.dir.join("l")).unwrap();
+    let d = h.lookup_ok(ROOT, "d");
+    h.lookup_ok(d.nodeid, "f");
+    h.lookup_ok(ROOT, "l");
+    let cfg = default_config(&h.dir.path);
+    let outside = TestDir::new("outside");
+    std::fs::write(outside.join("secret"), b"out").unwrap();
+    let path_fd = |p: &Path| -> OwnedFd {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(p)
+            .unwrap()
+            .into()
+    };
+    let mut preloaded = h.fs().preload_fds();
+    assert_eq!(
+        preloaded.len(),
+        3,
+        "one descriptor per inode the guest holds"
+    );
+    // A predecessor that slipped in a file outside, and one not O_PATH.
+    preloaded.push(path_fd(&outside.join("secret")));
+    preloaded.push(std::fs::File::open(h.dir.join("d/f")).unwrap().into());
+    let mut dir = xvfs_fs::passthrough::SharedDir::open(&cfg.root_dir).unwrap();
+    assert_eq!(dir.preload(&cfg.root_dir, preloaded), 3);
+
+    // The real state restores on the preloaded directory and serves.
+    let snap = h.fs().snapshot();
+    let fs = PassthroughFs::restore(cfg.clone(), dir, &snap.state, dup_fds(&snap)).unwrap();
+    assert_eq!(fs.inode_count(), 4);
+
+    // A forged state naming the outside file is refused although the
+    // preload was sent it.
+    let mut dir = xvfs_fs::passthrough::SharedDir::open(&cfg.root_dir).unwrap();
+    let secret = outside.join("secret");
+    dir.preload(&cfg.root_dir, vec![path_fd(&secret)]);
+    let md = std::fs::symlink_metadata(&secret).unwrap();
+    let mut s = snap.state.clone();
+    let mut fds = dup_fds(&snap);
+    let i = s
+        .inodes
+        .iter_mut()
+        .find(|i| i.file_type == libc::S_IFREG)
+        .unwrap();
+    fds[i.fd_index as usize] = path_fd(&secret);
+    (i.dev, i.ino) = (md.dev(), md.ino());
+    let e = PassthroughFs::restore(cfg, dir, &s, fds)
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("not inside the shared directory"),
+        "{e}"
+    );
+}
+
 /// With a cap on inodes plus open handles, 10,000 OPENs (and LOOKUPs, and
 /// CREATEs) past it get EMFILE while the fs keeps serving what it holds; the
 /// refusals are counted; a snapshot of the full tables restores (a live

@@ -4,6 +4,10 @@
 //! Protocol: the client sends one line.
 //! - `status\n`: the daemon answers one JSON object (version, pid, uptime,
 //!   upgrades, connection, per-queue counters) and closes.
+//! - `preload\n`: a successor, before it asks for the handover, is sent a
+//!   descriptor of each inode the guest holds (one `send_state` of
+//!   `virtio_fs_ext::handover` with an empty blob) while this daemon goes
+//!   on serving, to prove them inside the share before the pause.
 //! - `handover\n`: the connection becomes the handover channel (see
 //!   `virtio_fs_ext::handover`); the serving thread takes it between two
 //!   vhost-user messages.
@@ -13,7 +17,7 @@
 //! listening socket itself is handed over).
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -168,6 +172,10 @@ fn remove_stale(dir: &Path) {
 /// A pending handover request, taken by the serving thread.
 pub type HandoverSlot = Arc<Mutex<Option<UnixStream>>>;
 
+/// The descriptors a successor preloads (`preload\n`): one per inode the
+/// guest holds, duplicated for the control thread.
+pub type PreloadSource = Arc<dyn Fn() -> Vec<OwnedFd> + Send + Sync>;
+
 /// Serves the control socket on its own thread, until it has queued a
 /// handover request: from then on the successor, which shares the listening
 /// socket, must be the only one to accept (this daemon may exit at any
@@ -178,6 +186,7 @@ pub fn spawn(
     info: Arc<StatusInfo>,
     slot: HandoverSlot,
     wake: Arc<OwnedFd>,
+    preload: PreloadSource,
 ) -> io::Result<JoinHandle<UnixListener>> {
     std::thread::Builder::new()
         .name("xvfs-control".into())
@@ -185,7 +194,7 @@ pub fn spawn(
             for conn in listener.incoming() {
                 match conn {
                     Ok(s) => {
-                        if handle(s, &info, &slot, &wake) {
+                        if handle(s, &info, &slot, &wake, &preload) {
                             break;
                         }
                     }
@@ -217,7 +226,13 @@ fn read_line(s: &mut UnixStream) -> io::Result<String> {
 }
 
 /// Answers one client; true when it queued a handover request.
-fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &OwnedFd) -> bool {
+fn handle(
+    mut s: UnixStream,
+    info: &StatusInfo,
+    slot: &HandoverSlot,
+    wake: &OwnedFd,
+    preload: &PreloadSource,
+) -> bool {
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let cmd = match read_line(&mut s) {
         Ok(c) => c,
@@ -228,25 +243,29 @@ fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &Owne
             let _ = s.write_all(info.json().as_bytes());
             let _ = s.write_all(b"\n");
         }
-        "handover" if crate::idmap::in_user_namespace() => {
-            warn!("control: handover refused: this daemon runs in a user namespace");
+        "handover" | "preload" if crate::idmap::in_user_namespace() => {
+            warn!("control: {cmd} refused: this daemon runs in a user namespace");
             let _ = s.write_all(
                 b"error: a daemon in a user namespace (--uid-map/--gid-map, or not root) \
                   cannot be live-upgraded\n",
             );
         }
+        "preload" => {
+            if trusted(&s, &cmd) {
+                let fds = preload();
+                let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+                match virtio_fs_ext::handover::send_state(&s, b"", &raw) {
+                    Ok(()) => info!(
+                        "control: {} inodes sent for a successor to preload",
+                        raw.len()
+                    ),
+                    Err(e) => warn!("control: preload: {e}"),
+                }
+            }
+        }
         "handover" => {
-            match sys::peer_trusted(s.as_fd()) {
-                Ok(Ok(())) => {}
-                Ok(Err(uid)) => {
-                    warn!("control: handover request from uid {uid} refused");
-                    let _ = s.write_all(b"error: not trusted\n");
-                    return false;
-                }
-                Err(e) => {
-                    warn!("control: handover request refused: {e}");
-                    return false;
-                }
+            if !trusted(&s, &cmd) {
+                return false;
             }
             let mut pending = slot.lock().unwrap_or_else(|p| p.into_inner());
             if pending.is_some() {
@@ -263,6 +282,23 @@ fn handle(mut s: UnixStream, info: &StatusInfo, slot: &HandoverSlot, wake: &Owne
         }
     }
     false
+}
+
+/// Whether the client may have this daemon's descriptors (root or this
+/// uid); a refusal is logged and told.
+fn trusted(mut s: &UnixStream, cmd: &str) -> bool {
+    match sys::peer_trusted(s.as_fd()) {
+        Ok(Ok(())) => true,
+        Ok(Err(uid)) => {
+            warn!("control: {cmd} request from uid {uid} refused");
+            let _ = s.write_all(b"error: not trusted\n");
+            false
+        }
+        Err(e) => {
+            warn!("control: {cmd} request refused: {e}");
+            false
+        }
+    }
 }
 
 /// The `"pid"` field of a status answer (see [`StatusReply`]), parsed as

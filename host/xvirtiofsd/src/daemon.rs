@@ -410,8 +410,11 @@ impl Daemon {
         let wake = Arc::new(sys::eventfd().map_err(|e| SetupError::Io("eventfd", e))?);
         let slot: control::HandoverSlot = Arc::new(Mutex::new(None));
         let control_fd = control.as_ref().map(|l| l.as_raw_fd());
+        let server = Arc::clone(dev.server_arc());
+        let preload: control::PreloadSource = Arc::new(move || server.fs().preload_fds());
         let spawn_control = |l| {
-            control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
+            let (info, slot, wake) = (Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake));
+            control::spawn(l, info, slot, wake, Arc::clone(&preload))
                 .map_err(|e| SetupError::Io("control thread", e))
         };
         let mut control_thread = control.map(spawn_control).transpose()?;

@@ -321,6 +321,19 @@ pub fn receive(peer: UnixStream, control: &Path) -> Result<Incoming, UpgradeErro
     incoming(peer, &blob, fds)
 }
 
+/// New side, before [`receive`]: the running daemon's inode descriptors
+/// (`preload\n` on the control socket), sent while it still serves.
+pub fn receive_preload(peer: UnixStream) -> Result<Vec<OwnedFd>, UpgradeError> {
+    peer.set_read_timeout(Some(STEP_TIMEOUT))
+        .map_err(HandoverError::Io)?;
+    (&peer).write_all(b"preload\n").map_err(HandoverError::Io)?;
+    let (blob, fds) = handover::recv_state(&peer)?;
+    if !blob.is_empty() {
+        return Err(HandoverError::Malformed("a preload carries descriptors only").into());
+    }
+    Ok(fds)
+}
+
 /// A crash restart: the state comes from the holder (a crashed serving
 /// process's last checkpoint), over the socket it gave this process.
 pub fn receive_from_holder(peer: UnixStream) -> Result<Incoming, UpgradeError> {

@@ -1,5 +1,6 @@
 //! Configuration and errors of a [`PassthroughFs`](super::PassthroughFs).
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -156,6 +157,10 @@ pub struct SharedDir {
     pub(super) root: OwnedFd,
     pub(super) proc_self_fd: OwnedFd,
     pub(super) key: (u64, u64),
+    /// Files proven inside the share before a live upgrade's pause
+    /// ([`SharedDir::preload`]), by device and inode, each held open so
+    /// that no other file can take its inode number meanwhile.
+    pub(super) preloaded: HashMap<(u64, u64), OwnedFd>,
 }
 
 impl SharedDir {
@@ -179,6 +184,7 @@ impl SharedDir {
             root,
             proc_self_fd,
             key: (st.st_dev, st.st_ino),
+            preloaded: HashMap::new(),
         })
     }
 }

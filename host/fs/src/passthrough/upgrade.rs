@@ -2,10 +2,11 @@
 //! descriptors ([`PassthroughFs::snapshot`]) and rebuild them in the next
 //! process ([`PassthroughFs::restore`]), checking everything received.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use super::state::{FsSnapshot, FsState, HandleState, InodeState, LockState};
 use super::table::{InodeFd, RestoredInode};
@@ -127,6 +128,21 @@ impl PassthroughFs {
         snap
     }
 
+    /// A descriptor of each inode the guest holds, duplicated (or opened)
+    /// for the caller while requests go on: what a live upgrade's
+    /// successor proves inside the share before the pause
+    /// ([`SharedDir::preload`]).
+    pub fn preload_fds(&self) -> Vec<OwnedFd> {
+        self.inodes
+            .all()
+            .iter()
+            .filter_map(|i| match i.fd().ok()? {
+                InodeFd::Held(fd) => sys::dup(fd.as_fd()).ok(),
+                InodeFd::Opened(fd) => Some(fd),
+            })
+            .collect()
+    }
+
     /// An `O_PATH` descriptor of node `id`'s file through one of its open
     /// handles.
     fn path_from_open_file(&self, id: u64) -> Option<OwnedFd> {
@@ -140,12 +156,15 @@ impl PassthroughFs {
     /// descriptor, and every descriptor must be used exactly once. The FUSE
     /// session is restored by the server, not here.
     /// `dir`: the shared directory, opened by [`SharedDir::open`].
+    /// Files `dir` proved inside the share beforehand
+    /// ([`SharedDir::preload`]) are not walked again.
     pub fn restore(
         cfg: Config,
-        dir: SharedDir,
+        mut dir: SharedDir,
         state: &FsState,
         fds: Vec<OwnedFd>,
     ) -> Result<Self, Error> {
+        let preloaded = std::mem::take(&mut dir.preloaded);
         let fs = Self::at(cfg, dir);
         fs.check_file_handles()?;
         if (state.root_dev, state.root_ino) != fs.inodes.root().key {
@@ -156,7 +175,7 @@ impl PassthroughFs {
         }
         fs.inodes.bump_next_id(state.next_id);
         let mut fds = Fds(fds.into_iter().map(Some).collect());
-        fs.restore_inodes(&state.inodes, &mut fds)?;
+        fs.restore_inodes(&state.inodes, &mut fds, &preloaded)?;
         fs.restore_handles(&state.handles, &mut fds)?;
         fs.restore_locks(&state.locks, &mut fds)?;
         if fds.0.iter().any(Option::is_some) {
@@ -165,7 +184,12 @@ impl PassthroughFs {
         Ok(fs)
     }
 
-    fn restore_inodes(&self, inodes: &[InodeState], fds: &mut Fds) -> Result<(), Error> {
+    fn restore_inodes(
+        &self,
+        inodes: &[InodeState],
+        fds: &mut Fds,
+        preloaded: &HashMap<(u64, u64), OwnedFd>,
+    ) -> Result<(), Error> {
         let mut ids = HashSet::new();
         let mut keys = HashSet::new();
         keys.insert(self.inodes.root().key);
@@ -197,7 +221,10 @@ impl PassthroughFs {
             {
                 return Err(bad(format!("node {}: descriptor does not match", i.id)));
             }
-            if !self.is_inside(fd.as_fd(), &st) {
+            // A file proven inside before the pause is still that file:
+            // its preloaded descriptor keeps the inode number taken.
+            let proven = preloaded.contains_key(&(st.st_dev, st.st_ino));
+            if !proven && !self.is_inside(fd.as_fd(), &st) {
                 return Err(bad(format!(
                     "node {}: descriptor is not inside the shared directory",
                     i.id
@@ -289,14 +316,34 @@ impl PassthroughFs {
     /// so both readings are tried. `None`: no such path (deleted, renamed
     /// meanwhile, or outside the share). The root's path is empty.
     pub(super) fn share_path(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<Vec<u8>> {
+        let share = Share {
+            root: self.inodes.root_fd(),
+            key: self.inodes.root().key,
+            proc_self_fd: self.proc_self_fd.as_fd(),
+            host_root: self.cfg.root_dir.as_os_str().as_bytes(),
+        };
+        share.path_of(fd, st)
+    }
+}
+
+/// What proving a file's place in the share needs.
+struct Share<'a> {
+    root: BorrowedFd<'a>,
+    key: (u64, u64),
+    proc_self_fd: BorrowedFd<'a>,
+    /// The shared directory's path on the host.
+    host_root: &'a [u8],
+}
+
+impl Share<'_> {
+    /// See [`PassthroughFs::share_path`].
+    fn path_of(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<Vec<u8>> {
         let key = (st.st_dev, st.st_ino);
-        let root = self.inodes.root();
-        if key == root.key {
+        if key == self.key {
             return Some(Vec::new());
         }
-        let link =
-            sys::readlinkat(self.proc_self_fd.as_fd(), &sys::fd_name(fd.as_raw_fd())).ok()?;
-        let host_root = self.cfg.root_dir.as_os_str().as_bytes();
+        let link = sys::readlinkat(self.proc_self_fd, &sys::fd_name(fd.as_raw_fd())).ok()?;
+        let host_root = self.host_root;
         let mut candidates = vec![link.as_slice()];
         if let Some(rest) = link.strip_prefix(host_root) {
             if host_root == b"/" || rest.is_empty() || rest.starts_with(b"/") {
@@ -305,8 +352,38 @@ impl PassthroughFs {
         }
         candidates
             .into_iter()
-            .find(|p| walk_from(self.inodes.root_fd(), p).is_some_and(|k| k == key))
+            .find(|p| walk_from(self.root, p).is_some_and(|k| k == key))
             .map(|p| p.strip_prefix(b"/").unwrap_or(p).to_vec())
+    }
+}
+
+impl SharedDir {
+    /// A live upgrade's successor, before the pause: proves, as
+    /// [`PassthroughFs::restore`] would, that each of `fds` (the running
+    /// daemon's inodes, `O_PATH`, sent while it still serves) is a file
+    /// inside this share (at `host_root` on the host), and keeps those that
+    /// are. `restore` then checks only that a descriptor it receives is of
+    /// one of these files: the walk through the share, its dearest check,
+    /// is done before the guest waits. Returns how many were kept.
+    pub fn preload(&mut self, host_root: &Path, fds: Vec<OwnedFd>) -> usize {
+        let share = Share {
+            root: self.root.as_fd(),
+            key: self.key,
+            proc_self_fd: self.proc_self_fd.as_fd(),
+            host_root: host_root.as_os_str().as_bytes(),
+        };
+        let mut proven = HashMap::new();
+        for fd in fds {
+            let is_path = sys::get_fl(fd.as_fd()).is_ok_and(|fl| fl & libc::O_PATH != 0);
+            let Ok(st) = sys::stat_fd(fd.as_fd()) else {
+                continue;
+            };
+            if is_path && share.path_of(fd.as_fd(), &st).is_some() {
+                proven.insert((st.st_dev, st.st_ino), fd);
+            }
+        }
+        self.preloaded.extend(proven);
+        self.preloaded.len()
     }
 }
 

@@ -550,9 +550,11 @@ pub fn serve_refusing_handovers(
             stats: OnceLock::new(),
             journal: None,
         });
+        let server = Arc::clone(dev.server_arc());
+        let preload: control::PreloadSource = Arc::new(move || server.fs().preload_fds());
         let spawn = |l| {
-            control::spawn(l, Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake))
-                .expect("spawn")
+            let (info, slot, wake) = (Arc::clone(&status), Arc::clone(&slot), Arc::clone(&wake));
+            control::spawn(l, info, slot, wake, Arc::clone(&preload)).expect("spawn")
         };
         let mut thread = spawn(listener);
         let r = loop {
