@@ -355,6 +355,14 @@ impl WorkerCtx {
     /// serve → poll → re-arm → re-check → sleep, until stopped.
     fn serve_loop(&mut self) -> Result<(), RingFault> {
         let mut idle_since = Instant::now();
+        // The kick eventfd is edge-triggered and never read: each kick
+        // wakes the worker once, without a read(2) per wake-up.
+        const KICK: u64 = 1 << 0;
+        const STOP: u64 = 1 << 1;
+        let wait = sys::Epoll::new()
+            .and_then(|ep| ep.add(self.kick.as_fd(), 0, true).map(|()| ep))
+            .and_then(|ep| ep.add(self.stop_fd.as_fd(), 1, false).map(|()| ep))
+            .map_err(RingFault::Wait)?;
         loop {
             let guard = self.mem.memory();
             let mem: &GuestMemoryMmap = &guard;
@@ -401,13 +409,11 @@ impl WorkerCtx {
             } else {
                 LOCK_RETRY.as_millis() as i32
             };
-            let ready = sys::poll_readable(&[self.kick.as_fd(), self.stop_fd.as_fd()], timeout)
-                .map_err(RingFault::Wait)?;
-            if ready[1] {
+            let ready = wait.wait(timeout).map_err(RingFault::Wait)?;
+            if ready & STOP != 0 {
                 let _ = sys::eventfd_drain(self.stop_fd.as_fd());
             }
-            if ready[0] {
-                let _ = sys::eventfd_drain(self.kick.as_fd());
+            if ready & KICK != 0 {
                 self.stats.found_by_wakeup.fetch_add(1, Ordering::Relaxed);
                 self.policy.observe_gap(idle_since.elapsed());
             }
