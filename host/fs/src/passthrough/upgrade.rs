@@ -9,13 +9,23 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::state::{FsSnapshot, FsState, HandleState, InodeState, LockState};
-use super::table::{InodeFd, RestoredInode};
+use super::table::{Inode, InodeFd, RestoredInode};
 use super::{Config, Error, PassthroughFs, SharedDir};
 use crate::filesystem::ROOT_ID;
 use crate::sys;
 
 fn bad(m: String) -> Error {
     Error::InvalidState(m)
+}
+
+/// A received descriptor's status flags and stat; an error names `what`.
+fn flags_and_stat(
+    fd: BorrowedFd<'_>,
+    what: impl Fn() -> String,
+) -> Result<(i32, sys::Stat), Error> {
+    let fl = sys::get_fl(fd).map_err(|e| bad(format!("{}: {e}", what())))?;
+    let st = sys::stat_fd(fd).map_err(|e| bad(format!("{}: {e}", what())))?;
+    Ok((fl, st))
 }
 
 /// The received descriptors; each may be taken once.
@@ -60,25 +70,17 @@ impl PassthroughFs {
         let all = self.inodes.all();
         let mut inodes = Vec::with_capacity(all.len());
         for i in &all {
-            let raw = match i.fd() {
-                Ok(InodeFd::Held(fd)) => fd.as_raw_fd(),
-                Ok(InodeFd::Opened(fd)) => {
-                    let raw = fd.as_raw_fd();
-                    opened.push(fd);
-                    raw
+            let fd = match self.export_fd(i) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    log::warn!("upgrade: node {} is gone ({e}); not handed over", i.id);
+                    continue;
                 }
-                Err(e) => match self.path_from_open_file(i.id) {
-                    Some(fd) => {
-                        let raw = fd.as_raw_fd();
-                        opened.push(fd);
-                        raw
-                    }
-                    None => {
-                        log::warn!("upgrade: node {} is gone ({e}); not handed over", i.id);
-                        continue;
-                    }
-                },
             };
+            let raw = fd.as_fd().as_raw_fd();
+            if let InodeFd::Opened(fd) = fd {
+                opened.push(fd);
+            }
             fds.push(raw);
             inodes.push(InodeState {
                 id: i.id,
@@ -136,19 +138,26 @@ impl PassthroughFs {
         self.inodes
             .all()
             .iter()
-            .filter_map(|i| match i.fd().ok()? {
-                InodeFd::Held(fd) => sys::dup(fd.as_fd()).ok(),
+            .filter_map(|i| match self.export_fd(i).ok()? {
+                InodeFd::Held(fd) => sys::dup(fd).ok(),
                 InodeFd::Opened(fd) => Some(fd),
             })
             .collect()
     }
 
-    /// An `O_PATH` descriptor of node `id`'s file through one of its open
-    /// handles.
-    fn path_from_open_file(&self, id: u64) -> Option<OwnedFd> {
-        let h = self.handles.all().into_iter().find(|h| h.inode == id)?;
-        let name = sys::fd_name(h.fd().as_raw_fd());
-        sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0).ok()
+    /// A descriptor of inode `i`'s file to hand to another process: its
+    /// own, or opened from its file handle, or, when that no longer opens
+    /// (the file deleted), an `O_PATH` descriptor reopened through one of
+    /// its open files. Err: none of these (nothing could reach it any more).
+    fn export_fd<'a>(&self, i: &'a Inode) -> std::io::Result<InodeFd<'a>> {
+        i.fd().or_else(|e| {
+            // `h` keeps the open file (and so its descriptor number) alive
+            // while it is reopened: requests may go on meanwhile (preload).
+            let h = self.handles.all().into_iter().find(|h| h.inode == i.id);
+            let h = h.ok_or(e)?;
+            let name = sys::fd_name(h.fd().as_raw_fd());
+            sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0).map(InodeFd::Opened)
+        })
     }
 
     /// Rebuilds a file system from a snapshot taken by an earlier process.
@@ -213,8 +222,7 @@ impl PassthroughFs {
                 return Err(bad(format!("node {}: file saved twice", i.id)));
             }
             let fd = fds.take(i.fd_index)?;
-            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
-            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("node {}: {e}", i.id)))?;
+            let (fl, st) = flags_and_stat(fd.as_fd(), || format!("node {}", i.id))?;
             if fl & libc::O_PATH == 0
                 || (st.st_dev, st.st_ino) != (i.dev, i.ino)
                 || st.st_mode & libc::S_IFMT != i.file_type
@@ -255,8 +263,7 @@ impl PassthroughFs {
                 .get(h.inode)
                 .ok_or_else(|| bad(format!("handle {}: unknown node {}", h.fh, h.inode)))?;
             let fd = fds.take(h.fd_index)?;
-            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
-            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("handle {}: {e}", h.fh)))?;
+            let (fl, st) = flags_and_stat(fd.as_fd(), || format!("handle {}", h.fh))?;
             if fl & libc::O_PATH != 0
                 || fl & libc::O_ACCMODE != h.flags & libc::O_ACCMODE
                 || (st.st_dev, st.st_ino) != inode.key
@@ -279,8 +286,7 @@ impl PassthroughFs {
                 .get(l.inode)
                 .ok_or_else(|| bad(format!("{}: unknown node", what())))?;
             let fd = fds.take(l.fd_index)?;
-            let fl = sys::get_fl(fd.as_fd()).map_err(|e| bad(format!("{}: {e}", what())))?;
-            let st = sys::stat_fd(fd.as_fd()).map_err(|e| bad(format!("{}: {e}", what())))?;
+            let (fl, st) = flags_and_stat(fd.as_fd(), what)?;
             if fl & libc::O_PATH != 0 || (st.st_dev, st.st_ino) != inode.key {
                 return Err(bad(format!("{}: descriptor does not match", what())));
             }
@@ -374,11 +380,10 @@ impl SharedDir {
         };
         let mut proven = HashMap::new();
         for fd in fds {
-            let is_path = sys::get_fl(fd.as_fd()).is_ok_and(|fl| fl & libc::O_PATH != 0);
-            let Ok(st) = sys::stat_fd(fd.as_fd()) else {
+            let Ok((fl, st)) = flags_and_stat(fd.as_fd(), String::new) else {
                 continue;
             };
-            if is_path && share.path_of(fd.as_fd(), &st).is_some() {
+            if fl & libc::O_PATH != 0 && share.path_of(fd.as_fd(), &st).is_some() {
                 proven.insert((st.st_dev, st.st_ino), fd);
             }
         }
