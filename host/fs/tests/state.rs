@@ -29,6 +29,16 @@ fn dup_fds(s: &FsSnapshot) -> Vec<OwnedFd> {
         .collect()
 }
 
+/// An `O_PATH` descriptor of `path`, as a forged state might carry.
+fn path_fd(path: &Path) -> OwnedFd {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)
+        .unwrap()
+        .into()
+}
+
 /// A file system restored from `state` on the configured directory.
 fn restore_fs(
     cfg: xvfs_fs::passthrough::Config,
@@ -273,12 +283,7 @@ fn restore_refuses_descriptors_outside_the_share() {
         let mut s = snap.state.clone();
         let mut fds = dup_fds(&snap);
         let i = &mut s.inodes[0];
-        fds[i.fd_index as usize] = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH)
-            .open(path)
-            .unwrap()
-            .into();
+        fds[i.fd_index as usize] = path_fd(path);
         (i.dev, i.ino, i.file_type) = (md.dev(), md.ino(), file_type);
         let e = try_restore(&s, fds).unwrap_err().to_string();
         assert!(
@@ -310,14 +315,6 @@ fn preload_proves_the_share_and_nothing_outside_it() {
     let cfg = default_config(&h.dir.path);
     let outside = TestDir::new("outside");
     std::fs::write(outside.join("secret"), b"out").unwrap();
-    let path_fd = |p: &Path| -> OwnedFd {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH)
-            .open(p)
-            .unwrap()
-            .into()
-    };
     let mut preloaded = h.fs().preload_fds();
     assert_eq!(
         preloaded.len(),
