@@ -357,11 +357,11 @@ impl WorkerCtx {
         let mut idle_since = Instant::now();
         // The kick eventfd is edge-triggered and never read: each kick
         // wakes the worker once, without a read(2) per wake-up.
-        const KICK: u64 = 1 << 0;
-        const STOP: u64 = 1 << 1;
+        const KICK: u32 = 0;
+        const STOP: u32 = 1;
         let wait = sys::Epoll::new()
-            .and_then(|ep| ep.add(self.kick.as_fd(), 0, true).map(|()| ep))
-            .and_then(|ep| ep.add(self.stop_fd.as_fd(), 1, false).map(|()| ep))
+            .and_then(|ep| ep.add(self.kick.as_fd(), KICK, true).map(|()| ep))
+            .and_then(|ep| ep.add(self.stop_fd.as_fd(), STOP, false).map(|()| ep))
             .map_err(RingFault::Wait)?;
         loop {
             let guard = self.mem.memory();
@@ -410,10 +410,10 @@ impl WorkerCtx {
                 LOCK_RETRY.as_millis() as i32
             };
             let ready = wait.wait(timeout).map_err(RingFault::Wait)?;
-            if ready & STOP != 0 {
+            if ready & (1 << STOP) != 0 {
                 let _ = sys::eventfd_drain(self.stop_fd.as_fd());
             }
-            if ready & KICK != 0 {
+            if ready & (1 << KICK) != 0 {
                 self.stats.found_by_wakeup.fetch_add(1, Ordering::Relaxed);
                 self.policy.observe_gap(idle_since.elapsed());
             }
