@@ -40,9 +40,16 @@ GUEST_DIR=$XVFS_ROOT/build/guest
 PIDS=()
 declare -A QEMU_PID=()
 
+# Kills every daemon and QEMU started so far (QEMU runs under timeout(1):
+# its child first, so that no QEMU outlives its wrapper) and reaps them.
 cleanup() {
     local p
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do
+        pkill -9 -P "$p" 2>/dev/null || true
+        kill -9 "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    PIDS=()
 }
 trap cleanup EXIT
 
@@ -120,6 +127,30 @@ start_vm() {
         sleep 0.1
     done
     fail "QEMU $name did not open its monitor"
+    return 1
+}
+
+# guest_started SHARE NAME LABEL: waits for the guest of QEMU NAME to touch
+# SHARE/started; when it does not (QEMU exited, or 240 s passed) fails LABEL
+# with how QEMU ended and the last lines of its log and of the daemon's.
+guest_started() {
+    local share=$1 name=$2 label=$3 pid=${QEMU_PID[$2]} how st
+    for _ in $(seq 1 480); do
+        [ -e "$share/started" ] && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
+    done
+    [ -e "$share/started" ] && return 0
+    if kill -0 "$pid" 2>/dev/null; then
+        how="QEMU still runs after 240 s"
+    else
+        wait "$pid" 2>/dev/null && st=0 || st=$?
+        how="QEMU exited with status $st$( ((st > 128)) && echo " (signal $((st - 128)))")"
+    fi
+    fail "$label: guest never started ($how)"
+    echo "     last lines of $name.qemu.log:"; tail -n 5 "$VMT_DIR/$name.qemu.log" | sed 's/^/       /'
+    echo "     last lines of $name.console:"; tail -n 5 "$VMT_DIR/$name.console" | sed 's/^/       /'
+    echo "     last lines of $name.daemon.log:"; tail -n 5 "$VMT_DIR/$name.daemon.log" | sed 's/^/       /'
     return 1
 }
 
@@ -215,7 +246,7 @@ new_share "$SHARE"
 COMMON=(--modcaps=+dac_read_search)
 start_daemon a "$SHARE" "${COMMON[@]}" --migration-mode find-paths --migration-verify-handles
 start_vm a
-if wait_file "$SHARE/started" 240; then
+if guest_started "$SHARE" a "xvirtiofsd<->xvirtiofsd"; then
     pass "guest started its workload"
     from=a to=b src_mode=find-paths
     : >"$VMT_DIR/downtimes.txt"
@@ -242,8 +273,6 @@ if wait_file "$SHARE/started" 240; then
         fail "$p"
     fi
     grep -h "migration:" "$VMT_DIR"/[ab].daemon.log | sort | uniq -c | sed 's/^/     /' | head -n 12
-else
-    fail "guest never started its workload (console: $VMT_DIR/a.console)"
 fi
 cleanup
 
@@ -253,7 +282,7 @@ if [ -x "$VIRTIOFSD" ]; then
     new_share "$SHARE"
     DAEMON_BIN=$VIRTIOFSD start_daemon v "$SHARE" --migration-mode find-paths
     start_vm v
-    if wait_file "$SHARE/started" 240; then
+    if guest_started "$SHARE" v "virtiofsd->xvirtiofsd"; then
         start_daemon x "$SHARE"
         migrate v x
         res=$RES
@@ -264,8 +293,6 @@ if [ -x "$VIRTIOFSD" ]; then
         check_guest "$SHARE" "virtiofsd->xvirtiofsd"
         assert_ok "xvirtiofsd read virtiofsd's stream" grep -q "state from virtiofsd" "$VMT_DIR/x.daemon.log"
         if p=$(pauses "$SHARE" 1 "virtiofsd->xvirtiofsd"); then pass "$p"; else fail "$p"; fi
-    else
-        fail "virtiofsd guest never started its workload"
     fi
     cleanup
 else
@@ -285,8 +312,8 @@ while [ ! -e $S/done ]; do sleep 0.2; done
 echo "keep=$(cat <&3) held=$(cat <&5 2>/dev/null || echo EIO) new=$(echo n > $S/new && cat $S/new)" > $S/r.txt'
     GUEST_SCRIPT=$script start_daemon s "$share"
     GUEST_SCRIPT=$script start_vm s
-    if ! wait_file "$share/started" 240; then
-        fail "$on: guest never started"
+    if ! guest_started "$share" s "$on"; then
+        cleanup
         return
     fi
     # The destination's share: a copy without "held", as if it had been
@@ -335,7 +362,7 @@ echo "keep=$(cat <&3) new=$(echo n > $S/new && cat $S/new)" > $S/r.txt'
 XVFS_MIGRATION_FAULT=newer-format DAEMON_BIN=$BIN_DIR/xvirtiofsd-faults \
     GUEST_SCRIPT=$NEWER_SCRIPT start_daemon n "$SHARE"
 GUEST_SCRIPT=$NEWER_SCRIPT start_vm n
-if wait_file "$SHARE/started" 240; then
+if guest_started "$SHARE" n "newer stream version"; then
     start_daemon o "$SHARE"
     GUEST_SCRIPT=$NEWER_SCRIPT migrate n o
     assert_eq failed "${RES%% *}" "newer stream version: the migration is refused ($RES)"
@@ -345,8 +372,6 @@ if wait_file "$SHARE/started" 240; then
     wait "${QEMU_PID[n]}" 2>/dev/null || true
     assert_eq "keep=before new=n" "$(cat "$SHARE/r.txt" 2>/dev/null)" \
         "newer stream version: the guest carried on on the source"
-else
-    fail "newer stream version: guest never started"
 fi
 cleanup
 
