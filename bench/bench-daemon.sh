@@ -22,7 +22,9 @@
 # Environment:
 #   BENCH_SECS (3)       measured seconds per run
 #   BENCH_WARMUP (0.3)   warm-up seconds per run
-#   BENCH_REPS (3)       repetitions (the report uses medians)
+#   BENCH_REPS (5)       repetitions (the report uses medians); the variants
+#                        of a case run in one order in odd repetitions and
+#                        in the reverse order in even ones
 #   BENCH_POLL_US (50)   --poll-us for the adaptive variant (the daemon's own
 #                        default is 0 on hosts with at most 2 CPUs)
 #   BENCH_CASES          space-separated subset of case names (default: all)
@@ -40,7 +42,7 @@ set -euo pipefail
 
 SECS=${BENCH_SECS:-3}
 WARMUP=${BENCH_WARMUP:-0.3}
-REPS=${BENCH_REPS:-3}
+REPS=${BENCH_REPS:-5}
 POLL_US=${BENCH_POLL_US:-50}
 SHARE=${BENCH_DIR:-$XVFS_ROOT/build/bench-share}
 VIRTIOFSD=${VIRTIOFSD:-/opt/xvirtiofs/virtiofsd/bin/virtiofsd}
@@ -170,18 +172,26 @@ measure() {
     note "$case $tag rep $rep: dropped, a QEMU kept starting during it"
 }
 
-# The scaling runs of one repetition.
+# The scaling runs of one repetition (variants in the repetition's order).
 scaling_rep() {
     local rep=$1 clients v q
     for clients in 1 2 4; do
-        for v in "${XV_VARIANTS[@]}"; do
-            for q in 1 2 4 8; do
-                run_scaling "$clients" "$v" "$q" "$rep"
-            done
+        while read -r v q; do
+            run_scaling "$clients" "$v" "$q" "$rep"
+        done < <(scaling_variants | in_rep_order "$rep")
+    done
+}
+
+# The scaling table's (variant queues) pairs.
+scaling_variants() {
+    local v q
+    for v in "${XV_VARIANTS[@]}"; do
+        for q in 1 2 4 8; do
+            echo "$v $q"
         done
-        for v in virtiofsd virtiofsd-pool1 virtiofsd-pool2 virtiofsd-pool4; do
-            run_scaling "$clients" "$v" 1 "$rep"
-        done
+    done
+    for v in virtiofsd virtiofsd-pool1 virtiofsd-pool2 virtiofsd-pool4; do
+        echo "$v 1"
     done
 }
 
@@ -194,6 +204,11 @@ case_variants() {
     done
     echo "virtiofsd 1 $threads"
     [ "$pollwait" = yes ] || echo "native 0 $threads"
+}
+
+# in_rep_order REP: its input as is in odd repetitions, reversed in even ones.
+in_rep_order() {
+    if [ $(($1 % 2)) -eq 1 ]; then cat; else tac; fi
 }
 
 wanted() {
@@ -274,9 +289,11 @@ main() {
             read -r -a wopts <<<"$opts"
             pollwait=no
             [[ "$opts" == *"--wait poll"* ]] && pollwait=yes
+            # Odd repetitions run the variants in one order, even ones in
+            # the reverse: a host that drifts during a case favours none.
             while read -r v q tpq; do
                 run_one "$case" "$v" "$q" "$tpq" "$rep" "${wopts[@]}"
-            done < <(case_variants "$threads" "$pollwait")
+            done < <(case_variants "$threads" "$pollwait" | in_rep_order "$rep")
         done
         [ "${BENCH_SCALING:-1}" = 0 ] || scaling_rep "$rep"
     done

@@ -338,7 +338,9 @@ def main():
         "",
         f"- host: {m.get('host', '?')}",
         f"- runs: {m.get('reps', '?')} repetitions × {m.get('secs', '?')} s measured "
-        f"(+{m.get('warmup', '?')} s warm-up); figures are medians over repetitions",
+        f"(+{m.get('warmup', '?')} s warm-up); figures are medians over repetitions; "
+        "within a case the variants run in one order in odd repetitions and in the reverse "
+        "order in even ones, so that a drifting host favours none",
         f"- virtiofsd: {m.get('virtiofsd', '?')}",
         "- variants: `<daemon>-<Q>q<T>t` = Q request queues, T client threads per queue; "
         "client threads wait for replies on the call eventfd (as a guest takes an interrupt) "
