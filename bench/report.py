@@ -181,7 +181,7 @@ def cpu_section(order, cpu_table, report):
     if not shown:
         return []
     out = ["## Daemon CPU per 1,000 operations", "",
-           "CPU seconds of the daemon (all threads of its processes, from /proc/PID/stat) during each",
+           "CPU seconds of the daemon (all threads of its processes: run time in ns from /proc/PID/task/*/schedstat) during each",
            "measured run, per 1,000 Filebench operations of that run (median of the repetitions).",
            "It measures the daemon's own cost, whatever the guest's speed; lower is better.", "",
            "| # | Workload | " + " | ".join(LABEL[c] for c in shown) + " | xvirtiofsd ÷ virtiofsd |"
