@@ -184,7 +184,7 @@ for s, e in spans[: int(n)]:
         pauses.append(after[0] - before[-1])
     lo, hi = s - offset - 2, e - offset + 2
     waits.append(round(max([lat for t, lat in reqs if t >= lo and t - lat <= hi], default=0), 1))
-med = lambda v: statistics.median(v) if v else "n/a"
+med = lambda v: round(statistics.median(v), 3) if v else "n/a"
 line = (f"guest-visible pause per {what} (the stream's gap spanning each daemon-side pause, "
         f"{len(pauses)} of {n}; marker gap {b - a} ms for a {int(cont) - int(stop)} ms stop): "
         f"median {med(pauses)} ms, max {max(pauses, default='n/a')} ms; each: {pauses}; "
