@@ -39,6 +39,19 @@ fn path_fd(path: &Path) -> OwnedFd {
         .into()
 }
 
+/// Makes directory `d`, file `d/f` holding `content` and symlink `l` to it
+/// in the share and looks each up once, as a guest would; returns their
+/// entries (d, d/f, l).
+fn hold_tree(h: &Harness, content: &[u8]) -> (abi::EntryOut, abi::EntryOut, abi::EntryOut) {
+    std::fs::create_dir(h.dir.join("d")).unwrap();
+    std::fs::write(h.dir.join("d/f"), content).unwrap();
+    std::os::unix::fs::symlink("d/f", h.dir.join("l")).unwrap();
+    let d = h.lookup_ok(ROOT, "d");
+    let f = h.lookup_ok(d.nodeid, "f");
+    let l = h.lookup_ok(ROOT, "l");
+    (d, f, l)
+}
+
 /// A file system restored from `state` on the configured directory.
 fn restore_fs(
     cfg: xvfs_fs::passthrough::Config,
@@ -76,13 +89,8 @@ fn req(srv: &Server, op: u32, node: u64, body: &[u8]) -> (i32, Vec<u8>) {
 #[test]
 fn snapshot_restore_round_trip() {
     let h = Harness::new();
-    std::fs::create_dir(h.dir.join("d")).unwrap();
-    std::fs::write(h.dir.join("d/f"), b"payload").unwrap();
-    std::os::unix::fs::symlink("d/f", h.dir.join("l")).unwrap();
-    let d = h.lookup_ok(ROOT, "d");
-    let f = h.lookup_ok(d.nodeid, "f");
+    let (d, f, l) = hold_tree(&h, b"payload");
     h.lookup_ok(d.nodeid, "f");
-    let l = h.lookup_ok(ROOT, "l");
     let fh = h.open(f.nodeid, libc::O_RDWR).parse::<abi::OpenOut>().fh;
     let dfh = h.opendir(d.nodeid);
 
@@ -306,12 +314,7 @@ fn restore_refuses_descriptors_outside_the_share() {
 fn preload_proves_the_share_and_nothing_outside_it() {
     use std::os::unix::fs::MetadataExt;
     let h = Harness::new();
-    std::fs::create_dir(h.dir.join("d")).unwrap();
-    std::fs::write(h.dir.join("d/f"), b"in").unwrap();
-    std::os::unix::fs::symlink("d/f", h.dir.join("l")).unwrap();
-    let d = h.lookup_ok(ROOT, "d");
-    h.lookup_ok(d.nodeid, "f");
-    h.lookup_ok(ROOT, "l");
+    hold_tree(&h, b"in");
     let cfg = default_config(&h.dir.path);
     let outside = TestDir::new("outside");
     std::fs::write(outside.join("secret"), b"out").unwrap();

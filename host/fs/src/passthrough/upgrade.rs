@@ -378,16 +378,14 @@ impl SharedDir {
             proc_self_fd: self.proc_self_fd.as_fd(),
             host_root: host_root.as_os_str().as_bytes(),
         };
-        let mut proven = HashMap::new();
         for fd in fds {
             let Ok((fl, st)) = flags_and_stat(fd.as_fd(), String::new) else {
                 continue;
             };
             if fl & libc::O_PATH != 0 && share.path_of(fd.as_fd(), &st).is_some() {
-                proven.insert((st.st_dev, st.st_ino), fd);
+                self.preloaded.insert((st.st_dev, st.st_ino), fd);
             }
         }
-        self.preloaded.extend(proven);
         self.preloaded.len()
     }
 }
