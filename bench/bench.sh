@@ -77,16 +77,16 @@ parse_args() {
 # run costs a daemon 20-30 ms. Both daemons keep their threads for the
 # whole run, so no thread's time is lost between the two readings.
 cpu_seconds() {
-    local pid=$1 todo p ns=0 found=0 t
+    local pid=$1 todo p ns=0 found=0 task run
     todo=("$pid")
     while [ "${#todo[@]}" -gt 0 ]; do
         p=${todo[0]}
         todo=("${todo[@]:1}")
         [ -d "/proc/$p/task" ] || continue
         found=1
-        for t in /proc/"$p"/task/*/schedstat; do
-            read -r t _ <"$t" 2>/dev/null || continue
-            ns=$((ns + t))
+        for task in /proc/"$p"/task/*/schedstat; do
+            read -r run _ <"$task" 2>/dev/null || continue
+            ns=$((ns + run))
         done
         # shellcheck disable=SC2207
         todo+=($(cat /proc/"$p"/task/*/children 2>/dev/null))

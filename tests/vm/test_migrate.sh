@@ -135,12 +135,7 @@ start_vm() {
 # with how QEMU ended and the last lines of its log and of the daemon's.
 guest_started() {
     local share=$1 name=$2 label=$3 pid=${QEMU_PID[$2]} how st
-    for _ in $(seq 1 480); do
-        [ -e "$share/started" ] && return 0
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.5
-    done
-    [ -e "$share/started" ] && return 0
+    wait_file "$share/started" 240 "$pid" && return 0
     if kill -0 "$pid" 2>/dev/null; then
         how="QEMU still runs after 240 s"
     else
@@ -154,12 +149,15 @@ guest_started() {
     return 1
 }
 
+# wait_file FILE [SECONDS] [PID]: true once FILE exists; false after
+# SECONDS (240), or as soon as process PID is gone.
 wait_file() {
     for _ in $(seq 1 "$((${2:-240} * 2))"); do
         [ -e "$1" ] && return 0
+        [ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || break
         sleep 0.5
     done
-    return 1
+    [ -e "$1" ]
 }
 
 # migrate FROM TO: migrates the running VM FROM to a new QEMU TO (whose
