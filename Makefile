@@ -70,7 +70,7 @@ help:
 	@echo '                  2 queues + polling), virtiofsd, host native, guest tmpfs side by side'
 	@echo '                  -> bench/results/<date>-<rev>/'
 	@echo 'make bench-quick  the same for a dozen of them (about 15 minutes under TCG)'
-	@echo 'make bench-daemon  xvirtiofsd vs virtiofsd vs host syscalls with bench/loadgen (no VM, ~28 min);'
+	@echo 'make bench-daemon  xvirtiofsd vs virtiofsd vs host syscalls with bench/loadgen (no VM, ~34 min);'
 	@echo '             report in bench/results/daemon-<date>-<rev>/ (BENCH_SECS BENCH_REPS BENCH_CASES)'
 
 deps:

@@ -11,7 +11,10 @@
 #
 # Variants: xv-never / xv-adaptive (xvirtiofsd --poll never|adaptive; when
 # the daemon has no --poll flag, a single "xv" variant runs as is and the
-# report says so), virtiofsd (1 request queue only), native (host syscalls).
+# report says so), virtiofsd (1 request queue only), native (host syscalls),
+# and virtiofsd-aa: the same virtiofsd command once more, run first in the
+# case (virtiofsd runs last but one), as an A/A control: its ratio to
+# virtiofsd is what this host's noise alone makes of two equal back-ends.
 #
 # Then the scaling table: 4 KiB reads (queue depth 1 per client) with 1, 2
 # and 4 client threads in total, against xvirtiofsd with 1, 2, 4 and 8
@@ -113,7 +116,7 @@ daemon_cmd() {
                 echo "$XVIRTIOFSD ${common[*]} --log-level warn --poll adaptive"
             fi
             ;;
-        virtiofsd) echo "$VIRTIOFSD ${common[*]} --log-level error" ;;
+        virtiofsd | virtiofsd-aa) echo "$VIRTIOFSD ${common[*]} --log-level error" ;;
         virtiofsd-pool*) echo "$VIRTIOFSD ${common[*]} --log-level error --thread-pool-size ${v#virtiofsd-pool}" ;;
         *) die "unknown variant $v" ;;
     esac
@@ -198,6 +201,7 @@ scaling_variants() {
 # The variants of one case: (variant queues threads-per-queue) triples.
 case_variants() {
     local threads=$1 pollwait=$2 v
+    echo "virtiofsd-aa 1 $threads"
     for v in "${XV_VARIANTS[@]}"; do
         echo "$v 1 $threads"
         [ "$threads" -lt 2 ] || echo "$v 2 1"
