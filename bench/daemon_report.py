@@ -294,7 +294,8 @@ def parity_table(s):
     """Each case's single-queue variants against virtiofsd (ops/s, GB/s for
     the 1 MiB cases; CPU per request), beside the A/A control, and a summary
     of the ratios that fall short of the goals."""
-    goals = {"xv-never": ("≥ 1.00", "≤ 1.00", 1.0), "xv-adaptive": ("≥ 1.00", "≤ 1.50", 1.5)}
+    # Throughput must reach virtiofsd's; CPU per request may reach this multiple of it.
+    cpu_goals = {"xv-never": 1.0, "xv-adaptive": 1.5}
     out = [
         "## Against virtiofsd, case by case",
         "",
@@ -308,8 +309,8 @@ def parity_table(s):
         "| case | polling off | CPU/req | adaptive | CPU/req | A/A | A/A CPU/req |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    misses = {v: [] for v in goals}
-    counts = {v: [0, 0] for v in goals}
+    misses = {v: [] for v in cpu_goals}
+    counts = {v: [0, 0] for v in cpu_goals}
     aa = {"tput": [], "cpu": []}
     cases = [c for c in CASE_ORDER if any(k[0] == c for k in s)]
     for case in cases:
@@ -320,17 +321,16 @@ def parity_table(s):
         suffix = base[len("virtiofsd") :]
         key = "gbs" if case in BYTES_CASES else "ops"
         cells = []
-        for v, (_, _, cpu_goal) in goals.items():
+        for v, cpu_goal in cpu_goals.items():
             e = s.get((case, v + suffix))
             t = ratio(e[key], vfd[key]) if e else None
             c = ratio(e["cpu_req"], vfd["cpu_req"]) if e else None
-            for what, x, ok in (("throughput", t, lambda x: x >= 1.0),
-                                ("CPU/req", c, lambda x, g=cpu_goal: x <= g)):
+            for what, x in (("throughput", t), ("CPU/req", c)):
                 if x is None:
                     cells.append("–")
                     continue
                 counts[v][0] += 1
-                if ok(x):
+                if (x >= 1.0) if what == "throughput" else (x <= cpu_goal):
                     counts[v][1] += 1
                     cells.append(f"{x:.2f}")
                 else:
