@@ -173,13 +173,16 @@ def span(vals):
     return f"{min(vals):.2f}–{max(vals):.2f}" if vals else "–"
 
 
+def baseline_variant(s, case, prefix):
+    """The name of a case's virtiofsd (1 queue, same client threads, no
+    thread pool) or native variant."""
+    return next((v for (c, v) in s if c == case and variant_base(v) == prefix), None)
+
+
 def baseline(s, case, prefix):
-    """The virtiofsd (1 queue, same client threads, no thread pool) or native
-    entry of a case."""
-    for (c, v), e in s.items():
-        if c == case and variant_base(v) == prefix:
-            return e
-    return None
+    """The entry of baseline_variant()."""
+    v = baseline_variant(s, case, prefix)
+    return s[(case, v)] if v else None
 
 
 def case_table(s, case):
@@ -290,6 +293,14 @@ def targets(s):
     return lines
 
 
+def ratios_to(e, base, key):
+    """Throughput (key: "ops" or "gbs") and CPU-per-request ratios of entry
+    e to entry base; (None, None) when e did not run."""
+    if not e:
+        return None, None
+    return ratio(e[key], base[key]), ratio(e["cpu_req"], base["cpu_req"])
+
+
 def parity_table(s):
     """Each case's single-queue variants against virtiofsd (ops/s, GB/s for
     the 1 MiB cases; CPU per request), beside the A/A control, and a summary
@@ -314,7 +325,7 @@ def parity_table(s):
     aa = {"tput": [], "cpu": []}
     cases = [c for c in CASE_ORDER if any(k[0] == c for k in s)]
     for case in cases:
-        base = next((v for (c, v) in s if c == case and variant_base(v) == "virtiofsd"), None)
+        base = baseline_variant(s, case, "virtiofsd")
         if base is None:
             continue
         vfd = s[(case, base)]
@@ -322,9 +333,7 @@ def parity_table(s):
         key = "gbs" if case in BYTES_CASES else "ops"
         cells = []
         for v, cpu_goal in cpu_goals.items():
-            e = s.get((case, v + suffix))
-            t = ratio(e[key], vfd[key]) if e else None
-            c = ratio(e["cpu_req"], vfd["cpu_req"]) if e else None
+            t, c = ratios_to(s.get((case, v + suffix)), vfd, key)
             for what, x in (("throughput", t), ("CPU/req", c)):
                 if x is None:
                     cells.append("–")
@@ -336,9 +345,7 @@ def parity_table(s):
                 else:
                     misses[v].append(f"{case} {what} {x:.2f}")
                     cells.append(f"**{x:.2f}**")
-        e = s.get((case, "virtiofsd-aa" + suffix))
-        t = ratio(e[key], vfd[key]) if e else None
-        c = ratio(e["cpu_req"], vfd["cpu_req"]) if e else None
+        t, c = ratios_to(s.get((case, "virtiofsd-aa" + suffix)), vfd, key)
         # The spin-wait case flips between two modes by CPU placement alone:
         # its A/A pair says nothing of the event-wait cases' noise.
         if not case.endswith("-pollwait"):
