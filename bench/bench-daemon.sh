@@ -33,6 +33,16 @@
 #   BENCH_CASES          space-separated subset of case names (default: all)
 #   BENCH_SCALING (1)    0: skip the scaling table
 #   BENCH_DIR            shared directory (default build/bench-share)
+#   BENCH_HALT_POLL_NS   guest halt-polling window for the run, in ns, on a
+#                        host that is itself a VM with the cpuidle-haltpoll
+#                        driver (/sys/module/haltpoll/parameters/
+#                        guest_halt_poll_ns; the kernel's default is 200000,
+#                        some clouds boot with 0); restored afterwards. Unset:
+#                        the host as found. Either way the report's header
+#                        says what the idle path was: at queue depths 1-8
+#                        with polling off, the cost of waking a thread on an
+#                        idle vCPU (a HLT exit when halt-polling is off) sets
+#                        the rate of both daemons (docs/loadgen.md)
 #   VIRTIOFSD            upstream virtiofsd (default /opt/xvirtiofs/virtiofsd/bin/virtiofsd)
 #   XVIRTIOFSD           our daemon (default host/target/release/xvirtiofsd)
 #
@@ -53,6 +63,8 @@ XVIRTIOFSD=${XVIRTIOFSD:-$XVFS_ROOT/host/target/release/xvirtiofsd}
 LOADGEN=$XVFS_ROOT/host/target/release/loadgen
 PYTHON=/usr/bin/python3
 SOCK=/tmp/xvfs-bench-$$.sock
+HALT_POLL=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+HALT_POLL_SAVED=
 VM_LOCK=/tmp/xvfs-vm.lock
 
 # case name | loadgen workload options | client threads in total
@@ -248,6 +260,43 @@ wait_for_no_vm() {
     done
 }
 
+check_idle_knob() {
+    local ns=${BENCH_HALT_POLL_NS:-}
+    [ -n "$ns" ] || return 0
+    [[ "$ns" =~ ^[0-9]+$ ]] || die "BENCH_HALT_POLL_NS=$ns: not a number of nanoseconds"
+    [ -w "$HALT_POLL" ] || die "BENCH_HALT_POLL_NS is set but $HALT_POLL is not writable (no cpuidle-haltpoll guest driver, or not root)"
+}
+
+# BENCH_HALT_POLL_NS: set the guest halt-polling window (saved for restore_idle).
+set_idle() {
+    local ns=${BENCH_HALT_POLL_NS:-}
+    [ -n "$ns" ] || return 0
+    HALT_POLL_SAVED=$(cat "$HALT_POLL")
+    echo "$ns" >"$HALT_POLL" || die "cannot write $ns to $HALT_POLL"
+    say "guest halt-polling window $ns ns for the run (was $HALT_POLL_SAVED)"
+}
+
+restore_idle() {
+    [ -z "$HALT_POLL_SAVED" ] || echo "$HALT_POLL_SAVED" >"$HALT_POLL" || true
+}
+
+# One line on how an idle CPU of this host waits for its next wake-up.
+idle_state() {
+    local dir=/sys/devices/system/cpu/cpuidle driver governor poll
+    driver=$(cat "$dir/current_driver" 2>/dev/null || echo none)
+    governor=$(cat "$dir/current_governor" 2>/dev/null || echo none)
+    printf 'cpuidle driver %s, governor %s' "$driver" "$governor"
+    if [ -r "$HALT_POLL" ]; then
+        poll=$(cat "$HALT_POLL")
+        printf ', guest halt-polling %s ns' "$poll"
+        if [ -n "${BENCH_HALT_POLL_NS:-}" ]; then
+            printf ' (set for this run by BENCH_HALT_POLL_NS; %s ns before and after)' "$HALT_POLL_SAVED"
+        else
+            printf ' (as found)'
+        fi
+    fi
+}
+
 main() {
     case "${1:-}" in
         -h | --help)
@@ -260,6 +309,7 @@ main() {
     [ -x "$XVIRTIOFSD" ] || die "$XVIRTIOFSD missing: run 'make build'"
     [ -x "$VIRTIOFSD" ] || die "$VIRTIOFSD missing: run 'make deps'"
     "$PYTHON" -c 'import matplotlib' 2>/dev/null || die "python3-matplotlib missing: run 'make deps'"
+    check_idle_knob
 
     local rev date
     rev=$(git -C "$XVFS_ROOT" describe --always --dirty --abbrev=10)
@@ -271,7 +321,7 @@ main() {
     : >"$LOG"
     # Private copies: a rebuild during the run must not change what is measured.
     BIN_DIR=$(mktemp -d /tmp/xvfs-bench-bin.XXXXXX)
-    trap 'rm -f "$SOCK"; rm -rf "$BIN_DIR"' EXIT
+    trap 'rm -f "$SOCK"; rm -rf "$BIN_DIR"; restore_idle' EXIT
     local src_xv=$XVIRTIOFSD
     cp "$XVIRTIOFSD" "$BIN_DIR/xvirtiofsd"
     cp "$LOADGEN" "$BIN_DIR/loadgen"
@@ -279,6 +329,7 @@ main() {
     LOADGEN=$BIN_DIR/loadgen
 
     wait_for_quiet_host
+    set_idle
     detect_variants
     say "results: $OUT"
     say "$REPS repetitions x ${SECS}s (+${WARMUP}s warm-up) per run"
@@ -312,6 +363,7 @@ main() {
         echo "reps=$REPS"
         echo "poll_us=$POLL_US"
         echo "host=$(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+        echo "idle=$(idle_state)"
         echo "xvirtiofsd=$src_xv (sha256 $(sha256sum "$XVIRTIOFSD" | cut -c1-16), copied for the run)"
         echo "virtiofsd=$VIRTIOFSD ($("$VIRTIOFSD" --version 2>/dev/null | head -n 1))"
         local n

@@ -452,12 +452,15 @@ def main():
         sys.exit(f"no results under {d}/raw")
     s = summarise(runs)
     m = meta(d)
+    # How idle CPUs wait (older reports did not record it).
+    idle = [f"- idle CPUs: {m['idle']}"] if "idle" in m else []
     lines = [
         f"# bench-daemon {m.get('date', '')} ({m.get('rev', '')})",
         "",
         "Command: `make bench-daemon` (bench/bench-daemon.sh; loadgen plays VMM and guest driver, no VM).",
         "",
         f"- host: {m.get('host', '?')}",
+        *idle,
         f"- runs: {m.get('reps', '?')} repetitions × {m.get('secs', '?')} s measured "
         f"(+{m.get('warmup', '?')} s warm-up); figures are medians over repetitions; "
         "within a case the variants run in one order in odd repetitions and in the reverse "
