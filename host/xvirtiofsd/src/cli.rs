@@ -55,7 +55,10 @@ POLLING:
     is a host CPU taken from the guest: on a host with 2 CPUs or fewer the
     default window is 0, and --poll adaptive stops polling while requests arrive
     more slowly than the window plus the measured wake-up cost (the gap beyond
-    which a poll would spin through the whole window and still sleep).
+    which a poll would spin through the whole window and still sleep), and
+    pauses polling (100 ms, doubling up to 1.6 s while it persists) when the
+    scheduler keeps preempting the worker while it polls: another thread, a
+    vCPU or a client, wants that CPU, and spinning would take it from them.
     --poll-cpu-max bounds the spinning itself: with --poll-cpu-max 20 a worker
     polls at most 20 % of the time, whatever the traffic, and sleeps on the
     kick eventfd once its credit is spent.

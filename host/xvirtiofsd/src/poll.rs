@@ -6,7 +6,12 @@
 //! polling stopped is served, not lost), and only then sleeps on the kick
 //! eventfd. `--poll adaptive` polls only while the observed gap between
 //! requests is shorter than the poll window plus the measured cost of a
-//! wake-up: beyond that, polling burns CPU for nothing.
+//! wake-up: beyond that, polling burns CPU for nothing. Nor does it spin on
+//! a CPU another thread wants: a worker that the scheduler preempts again
+//! and again while it polls (the guest's vCPU or another worker waiting for
+//! that CPU) pauses polling, for 100 ms and up to 1.6 s if it keeps
+//! happening, since every microsecond it spins is then taken from the
+//! thread that would send it the next request.
 //!
 //! `--poll-cpu-max P` bounds what polling may cost: each worker earns P % of
 //! the wall-clock time as polling credit (at most P % of [`BUDGET_PERIOD`]
@@ -45,23 +50,102 @@ impl PollConfig {
 /// most its share of this much polling credit.
 pub const BUDGET_PERIOD: Duration = Duration::from_millis(100);
 
-/// The adaptive decision (an exponentially weighted mean of the idle gaps)
-/// and the CPU budget (polling credit earned with wall-clock time).
+/// How often an adaptive worker counts its preemptions.
+pub const CONTENTION_PERIOD: Duration = Duration::from_millis(10);
+/// Preemptions per [`CONTENTION_PERIOD`] of a worker that polled which mean
+/// another thread is waiting for its CPU (a timer or a stray kernel thread
+/// takes it a few times a second; a vCPU sharing it, thousands).
+const CONTENDED_SWITCHES: u64 = 4;
+/// Polling time within a period below which its preemptions say nothing
+/// about polling.
+const POLLED_MIN: Duration = Duration::from_millis(1);
+/// First and longest pause of polling after a contended period.
+const PAUSE_MIN: Duration = Duration::from_millis(100);
+const PAUSE_MAX: Duration = Duration::from_millis(1600);
+
+/// Whether polling competes with other threads for the worker's CPU.
+#[derive(Debug)]
+struct Contention {
+    checked_at: Instant,
+    /// The thread's preemption count at `checked_at` (none before the first).
+    switches: Option<u64>,
+    /// Time spent polling since `checked_at`.
+    polled_ns: u64,
+    /// The next pause (doubles while contention persists).
+    pause: Duration,
+    paused_until: Option<Instant>,
+}
+
+/// The adaptive decision (an exponentially weighted mean of the idle gaps,
+/// and contention for the CPU) and the CPU budget (polling credit earned
+/// with wall-clock time).
 #[derive(Debug)]
 pub(crate) struct PollPolicy {
     cfg: PollConfig,
     gap_ewma_ns: u64,
     credit_ns: u64,
     credited_at: Instant,
+    contention: Contention,
 }
 
 impl PollPolicy {
     pub(crate) fn new(cfg: PollConfig) -> Self {
+        let now = Instant::now();
         PollPolicy {
             cfg,
             gap_ewma_ns: 0,
             credit_ns: Self::credit_cap(cfg),
-            credited_at: Instant::now(),
+            credited_at: now,
+            contention: Contention {
+                checked_at: now,
+                switches: None,
+                polled_ns: 0,
+                pause: PAUSE_MIN,
+                paused_until: None,
+            },
+        }
+    }
+
+    /// True when the worker should count its preemptions now and pass the
+    /// count to [`PollPolicy::observe_switches`] (adaptive polling only).
+    pub(crate) fn wants_switch_count(&self, now: Instant) -> bool {
+        self.cfg.mode == PollMode::Adaptive
+            && !self.cfg.window.is_zero()
+            && now.saturating_duration_since(self.contention.checked_at) >= CONTENTION_PERIOD
+    }
+
+    /// Takes the worker thread's preemption count so far: if it was
+    /// preempted often while it polled since the last count, polling pauses.
+    pub(crate) fn observe_switches(&mut self, now: Instant, total: u64) {
+        let c = &mut self.contention;
+        c.checked_at = now;
+        let polled = std::mem::take(&mut c.polled_ns);
+        let Some(last) = c.switches.replace(total) else {
+            return;
+        };
+        if polled < POLLED_MIN.as_nanos() as u64 {
+            return;
+        }
+        // At least CONTENDED_SWITCHES, and as many per CONTENTION_PERIOD
+        // of polling (a count may span more than one period).
+        let n = total.saturating_sub(last);
+        let per_period = u128::from(n) * CONTENTION_PERIOD.as_nanos() / u128::from(polled);
+        if n >= CONTENDED_SWITCHES && per_period >= u128::from(CONTENDED_SWITCHES) {
+            c.paused_until = Some(now + c.pause);
+            c.pause = (c.pause * 2).min(PAUSE_MAX);
+        } else {
+            c.pause = PAUSE_MIN;
+        }
+    }
+
+    fn paused(&mut self, now: Instant) -> bool {
+        match self.contention.paused_until {
+            Some(t) if now < t => true,
+            Some(_) => {
+                self.contention.paused_until = None;
+                false
+            }
+            None => false,
         }
     }
 
@@ -72,7 +156,7 @@ impl PollPolicy {
     /// How long to poll now: zero when polling does not pay or the budget
     /// is spent, else the window, cut to the credit left.
     pub(crate) fn window_at(&mut self, now: Instant) -> Duration {
-        if !self.should_poll() {
+        if !self.should_poll() || self.paused(now) {
             return Duration::ZERO;
         }
         if self.cfg.cpu_max >= 100 {
@@ -91,7 +175,9 @@ impl PollPolicy {
 
     /// Charges time spent polling against the budget.
     pub(crate) fn spend(&mut self, polled: Duration) {
-        self.credit_ns = self.credit_ns.saturating_sub(polled.as_nanos() as u64);
+        let ns = polled.as_nanos() as u64;
+        self.credit_ns = self.credit_ns.saturating_sub(ns);
+        self.contention.polled_ns = self.contention.polled_ns.saturating_add(ns);
     }
 
     fn threshold_ns(&self) -> u64 {
@@ -221,6 +307,81 @@ mod tests {
             n += 1;
             assert!(n < 64, "must resume within a short burst");
         }
+    }
+
+    /// Polls for `polled` and then counts `switches` preemptions, one
+    /// period after the previous count.
+    fn period(p: &mut PollPolicy, now: &mut Instant, polled: Duration, switches: &mut u64, n: u64) {
+        p.spend(polled);
+        *now += CONTENTION_PERIOD;
+        *switches += n;
+        assert!(p.wants_switch_count(*now));
+        p.observe_switches(*now, *switches);
+    }
+
+    #[test]
+    fn adaptive_pauses_polling_while_another_thread_wants_its_cpu() {
+        let mut p = PollPolicy::new(cfg(PollMode::Adaptive));
+        let (mut now, mut sw) = (p.contention.checked_at, 100);
+        p.observe_switches(now, sw); // the first count is the reference
+        let busy = Duration::from_millis(5);
+        // A stray preemption or two per period: keep polling.
+        for _ in 0..5 {
+            period(&mut p, &mut now, busy, &mut sw, 2);
+            assert!(!p.window_at(now).is_zero());
+        }
+        // Preempted 40 times while polling: pause for 100 ms.
+        period(&mut p, &mut now, busy, &mut sw, 40);
+        assert!(p.window_at(now).is_zero());
+        assert!(p.window_at(now + Duration::from_millis(99)).is_zero());
+        now += Duration::from_millis(100);
+        assert!(!p.window_at(now).is_zero(), "resumes after the pause");
+        // Still contended: the next pause is twice as long, up to 1.6 s.
+        period(&mut p, &mut now, busy, &mut sw, 40);
+        assert!(p.window_at(now + Duration::from_millis(199)).is_zero());
+        for _ in 0..6 {
+            now += Duration::from_secs(2);
+            period(&mut p, &mut now, busy, &mut sw, 40);
+        }
+        assert!(p.window_at(now + Duration::from_millis(1599)).is_zero());
+        assert!(!p.window_at(now + Duration::from_millis(1600)).is_zero());
+        // A quiet period while polling resets the pause to 100 ms.
+        now += Duration::from_millis(1600);
+        period(&mut p, &mut now, busy, &mut sw, 0);
+        period(&mut p, &mut now, busy, &mut sw, 40);
+        assert!(!p.window_at(now + Duration::from_millis(100)).is_zero());
+    }
+
+    #[test]
+    fn preemptions_while_hardly_polling_do_not_pause_it() {
+        let mut p = PollPolicy::new(cfg(PollMode::Adaptive));
+        let (mut now, mut sw) = (p.contention.checked_at, 0);
+        p.observe_switches(now, sw);
+        // Preempted while serving or asleep, not while polling.
+        period(&mut p, &mut now, Duration::from_micros(200), &mut sw, 40);
+        assert!(!p.window_at(now).is_zero());
+        // 40 preemptions over half a second of polling are a stray few
+        // per period.
+        p.spend(Duration::from_millis(500));
+        now += Duration::from_secs(1);
+        sw += 40;
+        p.observe_switches(now, sw);
+        assert!(!p.window_at(now).is_zero());
+    }
+
+    #[test]
+    fn only_adaptive_polling_counts_preemptions() {
+        let later = Instant::now() + CONTENTION_PERIOD * 2;
+        for mode in [PollMode::Never, PollMode::Always] {
+            assert!(!PollPolicy::new(cfg(mode)).wants_switch_count(later));
+        }
+        let zero = PollPolicy::new(PollConfig {
+            window: Duration::ZERO,
+            ..cfg(PollMode::Adaptive)
+        });
+        assert!(!zero.wants_switch_count(later));
+        assert!(PollPolicy::new(cfg(PollMode::Adaptive)).wants_switch_count(later));
+        assert!(crate::sys::involuntary_switches().is_ok());
     }
 
     #[test]

@@ -379,7 +379,7 @@ impl WorkerCtx {
             }
 
             // Busy-poll with notifications still suppressed.
-            let window = self.policy.window_at(Instant::now());
+            let window = self.poll_window();
             let polling = !window.is_zero();
             self.stats
                 .polling
@@ -421,6 +421,19 @@ impl WorkerCtx {
                 return Ok(());
             }
         }
+    }
+
+    /// How long to poll now, as the policy decides; feeds it the thread's
+    /// preemption count when it asks for one.
+    fn poll_window(&mut self) -> Duration {
+        let now = Instant::now();
+        if self.policy.wants_switch_count(now) {
+            match sys::involuntary_switches() {
+                Ok(n) => self.policy.observe_switches(now, n),
+                Err(e) => warn!("queue {}: cannot count preemptions: {e}", self.index),
+            }
+        }
+        self.policy.window_at(now)
     }
 
     /// Polls the avail index for up to `window`. True when work arrived.

@@ -245,6 +245,7 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_capset,
     libc::SYS_futex,
     libc::SYS_sched_yield,
+    libc::SYS_getrusage,
     libc::SYS_sched_getaffinity,
     libc::SYS_sched_setaffinity,
     libc::SYS_set_robust_list,

@@ -450,6 +450,17 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// How many times the scheduler has taken the calling thread's CPU for
+/// another thread (involuntary context switches) since the thread started.
+pub fn involuntary_switches() -> io::Result<u64> {
+    // SAFETY: rusage is plain data for which all-zero bytes are valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is a valid rusage for getrusage to fill; RUSAGE_THREAD
+    // asks for the calling thread's figures.
+    cvt(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) })?;
+    Ok(u64::try_from(ru.ru_nivcsw).unwrap_or(0))
+}
+
 /// Number of CPUs this process may run on.
 pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
