@@ -71,7 +71,8 @@ help:
 	@echo '                  -> bench/results/<date>-<rev>/'
 	@echo 'make bench-quick  the same for a dozen of them (about 15 minutes under TCG)'
 	@echo 'make bench-daemon  xvirtiofsd vs virtiofsd vs host syscalls with bench/loadgen (no VM, ~34 min);'
-	@echo '             report in bench/results/daemon-<date>-<rev>/ (BENCH_SECS BENCH_REPS BENCH_CASES)'
+	@echo '             report in bench/results/daemon-<date>-<rev>/ (BENCH_SECS BENCH_REPS BENCH_CASES'
+	@echo '             BENCH_HALT_POLL_NS: guest halt-polling window for the run, on a VM host)'
 
 deps:
 	@vmm-config/install-deps.sh
