@@ -74,6 +74,9 @@ struct Contention {
     /// The next pause (doubles while contention persists).
     pause: Duration,
     paused_until: Option<Instant>,
+    /// False once the count could not be read (the worker polls without
+    /// this check rather than asking again every period).
+    counting: bool,
 }
 
 /// The adaptive decision (an exponentially weighted mean of the idle gaps,
@@ -102,6 +105,7 @@ impl PollPolicy {
                 polled_ns: 0,
                 pause: PAUSE_MIN,
                 paused_until: None,
+                counting: true,
             },
         }
     }
@@ -111,6 +115,7 @@ impl PollPolicy {
     pub(crate) fn wants_switch_count(&self, now: Instant) -> bool {
         self.cfg.mode == PollMode::Adaptive
             && !self.cfg.window.is_zero()
+            && self.contention.counting
             && now.saturating_duration_since(self.contention.checked_at) >= CONTENTION_PERIOD
     }
 
@@ -136,6 +141,11 @@ impl PollPolicy {
         } else {
             c.pause = PAUSE_MIN;
         }
+    }
+
+    /// The preemption count cannot be read: stop asking for it.
+    pub(crate) fn stop_counting(&mut self) {
+        self.contention.counting = false;
     }
 
     fn paused(&mut self, now: Instant) -> bool {
@@ -380,7 +390,10 @@ mod tests {
             ..cfg(PollMode::Adaptive)
         });
         assert!(!zero.wants_switch_count(later));
-        assert!(PollPolicy::new(cfg(PollMode::Adaptive)).wants_switch_count(later));
+        let mut adaptive = PollPolicy::new(cfg(PollMode::Adaptive));
+        assert!(adaptive.wants_switch_count(later));
+        adaptive.stop_counting();
+        assert!(!adaptive.wants_switch_count(later));
         assert!(crate::sys::involuntary_switches().is_ok());
     }
 

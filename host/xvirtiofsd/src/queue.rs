@@ -430,7 +430,13 @@ impl WorkerCtx {
         if self.policy.wants_switch_count(now) {
             match sys::involuntary_switches() {
                 Ok(n) => self.policy.observe_switches(now, n),
-                Err(e) => warn!("queue {}: cannot count preemptions: {e}", self.index),
+                Err(e) => {
+                    warn!(
+                        "queue {}: cannot count preemptions ({e}): adaptive polling will not pause for a busy CPU",
+                        self.index
+                    );
+                    self.policy.stop_counting();
+                }
             }
         }
         self.policy.window_at(now)
