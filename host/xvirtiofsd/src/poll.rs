@@ -148,15 +148,8 @@ impl PollPolicy {
         self.contention.counting = false;
     }
 
-    fn paused(&mut self, now: Instant) -> bool {
-        match self.contention.paused_until {
-            Some(t) if now < t => true,
-            Some(_) => {
-                self.contention.paused_until = None;
-                false
-            }
-            None => false,
-        }
+    fn paused(&self, now: Instant) -> bool {
+        self.contention.paused_until.is_some_and(|t| now < t)
     }
 
     fn credit_cap(cfg: PollConfig) -> u64 {
