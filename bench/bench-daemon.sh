@@ -260,6 +260,7 @@ wait_for_no_vm() {
     done
 }
 
+# BENCH_HALT_POLL_NS is refused before anything is created or changed.
 check_idle_knob() {
     local ns=${BENCH_HALT_POLL_NS:-}
     [ -n "$ns" ] || return 0
@@ -289,7 +290,7 @@ idle_state() {
     if [ -r "$HALT_POLL" ]; then
         poll=$(cat "$HALT_POLL")
         printf ', guest halt-polling %s ns' "$poll"
-        if [ -n "${BENCH_HALT_POLL_NS:-}" ]; then
+        if [ -n "$HALT_POLL_SAVED" ]; then
             printf ' (set for this run by BENCH_HALT_POLL_NS; %s ns before and after)' "$HALT_POLL_SAVED"
         else
             printf ' (as found)'
