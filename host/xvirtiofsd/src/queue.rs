@@ -43,6 +43,22 @@ use xvfs_fs::server::Outcome;
 /// Largest ring size we accept (the virtio maximum for split rings).
 pub const MAX_QUEUE_SIZE: u16 = 32768;
 
+/// While at least this many chains wait in the avail ring, a reply is put
+/// on the used ring without telling the guest yet: the worker has queued
+/// work for longer than the guest takes to wake up, so waking it for each
+/// reply (an interrupt in a guest, an IPI and a VM exit or two on the host)
+/// only costs CPU on both sides. The guest is told once the backlog falls
+/// below this (in time to queue more before the worker runs dry), after
+/// [`NOTIFY_DEFER_MAX`] replies, and at the end of every batch; nothing is
+/// withheld from a guest that has fewer requests queued. Measured with
+/// `loadgen` at queue depth 64 (docs/loadgen.md): guest wake-ups 0.27 to
+/// 0.03 per request, daemon CPU per request -15 to -20 %, throughput
+/// +15 to +25 %. A threshold of 8 already lost at depth 16: the guest woke
+/// after the worker had run dry, and each drain then costs a kick.
+pub const NOTIFY_BACKLOG: u16 = 16;
+/// Most replies published before the guest's notification is checked.
+pub const NOTIFY_DEFER_MAX: u16 = 32;
+
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     #[error("invalid ring configuration for queue {index}: {reason}")]
@@ -177,6 +193,7 @@ impl Worker {
             recorder,
             waiting: Vec::new(),
             next_retry: Instant::now(),
+            unsignalled: 0,
         };
         let handle = std::thread::Builder::new()
             .name(format!("xvfs-q{}", cfg.index))
@@ -239,6 +256,7 @@ pub fn serve_once(
         recorder: None,
         waiting: Vec::new(),
         next_retry: Instant::now(),
+        unsignalled: 0,
     };
     let guard = ctx.mem.memory();
     ctx.serve_batch(&guard).map_err(|e| e.to_string())
@@ -302,6 +320,8 @@ struct WorkerCtx {
     waiting: Vec<Waiting>,
     /// When to ask for their locks again.
     next_retry: Instant,
+    /// Replies published since the guest's notification was last checked.
+    unsignalled: u16,
 }
 
 /// How often a worker asks again for the lock of a waiting SETLKW (the
@@ -523,13 +543,13 @@ impl WorkerCtx {
             }
             served += 1;
         }
+        self.signal_used(mem)?;
         Ok(served)
     }
 
     /// Puts a served chain, with `len` reply bytes written through `w`, on
-    /// the used ring, and tells the guest at once (when it asks to be
-    /// told): it can consume this reply and queue more work while we serve
-    /// the rest.
+    /// the used ring, and tells the guest (when it asks to be told) at once
+    /// unless its backlog keeps this worker busy: see [`NOTIFY_BACKLOG`].
     fn publish(
         &mut self,
         mem: &GuestMemoryMmap,
@@ -552,6 +572,27 @@ impl WorkerCtx {
             (request_bytes + len) as u64,
             started.elapsed().as_nanos() as u64,
         );
+        self.unsignalled += 1;
+        if self.unsignalled >= NOTIFY_DEFER_MAX || self.backlog(mem)? < NOTIFY_BACKLOG {
+            self.signal_used(mem)?;
+        }
+        Ok(())
+    }
+
+    /// Chains the guest has made available that this worker has not popped.
+    fn backlog(&self, mem: &GuestMemoryMmap) -> Result<u16, RingFault> {
+        let avail = self.queue.avail_idx(mem, Ordering::Acquire)?.0;
+        Ok(avail.wrapping_sub(self.queue.next_avail()))
+    }
+
+    /// Notifies the guest if the replies published since the last check
+    /// crossed the used index it asked to hear about (EVENT_IDX), or if it
+    /// did not negotiate EVENT_IDX.
+    fn signal_used(&mut self, mem: &GuestMemoryMmap) -> Result<(), RingFault> {
+        if self.unsignalled == 0 {
+            return Ok(());
+        }
+        self.unsignalled = 0;
         if self.queue.needs_notification(mem)? {
             self.notify();
         }
@@ -580,7 +621,7 @@ impl WorkerCtx {
                 }
             }
         }
-        Ok(())
+        self.signal_used(mem)
     }
 
     /// Ends every waiting SETLKW with EINTR (the ring stops: a successor or
@@ -591,7 +632,7 @@ impl WorkerCtx {
             let n = self.server.end_wait(p.wait, &mut p.w, libc::EINTR);
             self.publish(&guard, p.head, Some(&p.w), n, p.request_bytes, p.started)?;
         }
-        Ok(())
+        self.signal_used(&guard)
     }
 
     /// The guest may publish at most a ring's worth of chains ahead of us.

@@ -181,8 +181,13 @@ impl Vmm {
 
     /// The usual QEMU sequence up to memory: owner, features, protocol features.
     pub fn negotiate(&mut self) -> u64 {
+        self.negotiate_features(u64::MAX)
+    }
+
+    /// As `negotiate`, acknowledging only the offered features in `mask`.
+    pub fn negotiate_features(&mut self, mask: u64) -> u64 {
         self.frontend.set_owner().expect("set_owner");
-        let features = self.frontend.get_features().expect("get_features");
+        let features = self.frontend.get_features().expect("get_features") & mask;
         self.frontend.set_features(features).expect("set_features");
         let mut pf = self
             .frontend
