@@ -467,8 +467,7 @@ impl WorkerCtx {
         let start = Instant::now();
         let mut found = false;
         loop {
-            let avail = self.queue.avail_idx(mem, Ordering::Acquire)?;
-            if avail.0 != self.queue.next_avail() {
+            if self.backlog(mem)? != 0 {
                 found = true;
                 break;
             }
@@ -637,10 +636,11 @@ impl WorkerCtx {
 
     /// The guest may publish at most a ring's worth of chains ahead of us.
     fn check_avail(&self, mem: &GuestMemoryMmap) -> Result<(), RingFault> {
-        let avail = self.queue.avail_idx(mem, Ordering::Acquire)?.0;
-        let next = self.queue.next_avail();
+        let ahead = self.backlog(mem)?;
         let size = self.queue.size();
-        if avail.wrapping_sub(next) > size {
+        if ahead > size {
+            let next = self.queue.next_avail();
+            let avail = next.wrapping_add(ahead);
             return Err(RingFault::AvailAhead { avail, next, size });
         }
         Ok(())
