@@ -139,6 +139,17 @@ pub fn drop_to(mask: u64) -> Result<(), CapsError> {
     Ok(())
 }
 
+/// Narrows the permitted and effective sets to `mask` (after
+/// [`drop_to`] kept more for a while). Unprivileged, nothing to do.
+pub fn keep_only(mask: u64) -> Result<(), CapsError> {
+    if sys::effective_uid() != 0 {
+        return Ok(());
+    }
+    sys::set_caps(mask).map_err(CapsError::Apply)?;
+    info!("capabilities: now {}", names(mask));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,12 +17,13 @@ use xvfs_fs::PassthroughFs;
 
 use crate::checkpoint::HolderLink;
 use crate::cli::{self, Opt, SandboxMode};
+use crate::confine::Prepared;
+use crate::confine::{confine, CAP_DAC_READ_SEARCH};
 use crate::control::{self, StatusInfo};
 use crate::metrics_file::{MetricsHandle, MetricsWriter};
 use crate::queue::measure_wake_cost;
 use crate::service_manager::Notifier;
 use crate::settings::{config_state, device_config, fs_config, max_open};
-use crate::successor::Prepared;
 use crate::upgrade::{self, Incoming, Outgoing};
 use crate::vhost_user::{Connection, Device, ServeEnd, VhostUserError};
 use crate::{error_chain, logger, sandbox, sys, FsServer};
@@ -55,10 +56,12 @@ pub enum SetupError {
     UnknownGroup(String),
     #[error("metrics file {0}")]
     Metrics(PathBuf, #[source] std::io::Error),
-    #[error("sandbox")]
-    Sandbox(#[from] sandbox::SandboxError),
+    #[error("confinement")]
+    Confine(#[from] crate::confine::ConfineError),
     #[error("capabilities")]
     Caps(#[from] crate::caps::CapsError),
+    #[error("the holder link")]
+    Link(#[from] crate::checkpoint::LinkError),
     #[error("--max-open {0}: must be from 1 to {1} (the open-file limit {2} minus headroom)")]
     MaxOpen(usize, usize, u64),
     #[error("live upgrade")]
@@ -90,9 +93,9 @@ pub struct Own {
     /// The pid whose cgroups this process joined before the handover
     /// began (outside the guest-visible pause).
     pub joined: Option<u32>,
-    /// Set up before the handover began (a live upgrade's successor):
-    /// then nothing in the pause needs a host path.
-    pub prepared: Option<Prepared>,
+    /// Opened and entered before anything the predecessor wrote was read:
+    /// nothing in the pause needs a host path.
+    pub prepared: Prepared,
 }
 
 /// How serving ended without an error.
@@ -164,13 +167,12 @@ impl Daemon {
         let listener = listen(opt)?;
         let (control, control_path) = bind_control(opt);
         let notifier = Notifier::from_env();
-        let mut fs = PassthroughFs::new(fs_config(&cfg, max_open)?).map_err(SetupError::Fs)?;
+        let metrics = open_metrics(&cfg)?;
+        let fs_cfg = fs_config(&cfg, max_open)?;
+        let dir = confine(&cfg, caps_mask(opt)?, 0)?;
+        let mut fs = PassthroughFs::on(fs_cfg, dir).map_err(SetupError::Fs)?;
         if let Some(l) = &link {
             fs.attach_journal(l.journal());
-        }
-        let metrics = open_metrics(&cfg)?;
-        if let Some(proc_fd) = confine(&cfg, caps_mask(opt)?)? {
-            fs.set_proc_self_fd(proc_fd);
         }
         let server = Arc::new(FsServer::new(fs));
 
@@ -230,18 +232,26 @@ impl Daemon {
 
     /// A crash restart: the holder hands over the crashed serving process's
     /// last checkpoint; the file system comes from the journal.
-    /// The checkpoint came from a process the guest may have compromised:
-    /// its security settings must equal this command line's, as a live
-    /// upgrade's state must.
-    pub fn restart(opt: &Opt, link: HolderLink) -> Result<Daemon, SetupError> {
+    /// The checkpoint and the journal came from a process the guest may
+    /// have compromised: this process enters its sandbox before it reads
+    /// either (keeping `CAP_DAC_READ_SEARCH` until the journal's file
+    /// handles are reopened), and the checkpoint's security settings must
+    /// equal this command line's, as a live upgrade's state must.
+    pub fn restart(opt: &Opt) -> Result<Daemon, SetupError> {
         let wake_cost = measure_wake_cost(50);
+        let shared_dir = canonical_shared_dir(opt)?;
+        let prepared = crate::confine::prepare(opt, &shared_dir, CAP_DAC_READ_SEARCH)?;
+        let link = HolderLink::from_opt(opt)?.ok_or(SetupError::Io(
+            "--holder-restart needs --holder-socket and --holder-journal",
+            std::io::ErrorKind::InvalidInput.into(),
+        ))?;
         let mut inc = link.receive()?;
-        own_settings(opt, &canonical_shared_dir(opt)?, &mut inc)?;
+        own_settings(opt, &shared_dir, &mut inc)?;
         let own = Own {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
             joined: None,
-            prepared: None,
+            prepared,
         };
         Daemon::adopt(inc, wake_cost, own, Some(link), true)
     }
@@ -260,46 +270,18 @@ impl Daemon {
         crashed: bool,
     ) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
-        let mut prepared = own.prepared.take();
         logger::init(st.config.log_level);
-        if st.config.syslog && prepared.is_none() {
-            if let Err(e) = logger::use_syslog() {
-                warn!(
-                    "--syslog: no system logger at {}: {e}; logging to standard error",
-                    logger::SYSLOG_SOCKET
-                );
-            }
-        }
-        let notifier = match prepared.as_mut() {
-            Some(p) => p.notifier.take(),
-            None => Notifier::from_env(),
-        };
-        let dev_null = prepared.as_mut().and_then(|p| p.dev_null.take());
-        // (Not SO_PEERCRED: on the connecting side it names whoever created
-        // the listening control socket, the first daemon, not the one being
-        // replaced.) The pid is only believed if that process holds the
-        // vhost-user connection handed over.
-        let conn_ident = inc
-            .peek(st.vhost_socket_fd)
-            .map(sys::socket_ident)
-            .unwrap_or_default();
+        let notifier = own.prepared.notifier.take();
+        let dev_null = own.prepared.dev_null.take();
         if crashed {
             // The holder's child: in the holder's cgroups already.
         } else if own.joined == Some(st.writer_pid) {
-            // Joined before the handover began.
-        } else if prepared.is_none()
-            && crate::cgroup::holds_socket(st.writer_pid as i32, &conn_ident)
-        {
-            crate::cgroup::join_cgroups_of(st.writer_pid as i32);
-        } else if prepared.is_some() {
+            // Joined before the handover began (the pid is only believed
+            // if that process held the vhost-user connection then).
+        } else {
             warn!(
                 "the cgroups of pid {} were not joined before the handover (it did not hold \
                  the connection its status named): they are not joined",
-                st.writer_pid
-            );
-        } else {
-            warn!(
-                "pid {} does not hold the handed-over connection: its cgroups are not joined",
                 st.writer_pid
             );
         }
@@ -310,7 +292,7 @@ impl Daemon {
             .filter(|_| link.is_none())
             .collect();
         let journal = link.as_ref().map(HolderLink::journal);
-        let restored = match restore(&mut inc, &st, wake_cost, &own, prepared, journal, crashed) {
+        let restored = match restore(&mut inc, &st, wake_cost, own, journal, crashed) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -581,23 +563,7 @@ pub(crate) fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, Set
 }
 
 pub(crate) fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
-    let mut caps = crate::caps::mask(opt.modcaps.as_deref())?;
-    if opt.file_handles() != virtio_fs_ext::config::FileHandles::Never {
-        caps |= 1 << 2; // CAP_DAC_READ_SEARCH: open_by_handle_at(2)
-    }
-    Ok(caps)
-}
-
-/// Sandbox, then capabilities (entering the sandbox needs CAP_SYS_ADMIN),
-/// then the system-call filter.
-pub(crate) fn confine(c: &ConfigState, caps: u64) -> Result<Option<OwnedFd>, SetupError> {
-    let proc_fd = sandbox::enter(c.sandbox, Path::new(&c.shared_dir))?;
-    crate::caps::drop_to(caps)?;
-    // Opening file handles (a migration's destination) needs
-    // CAP_DAC_READ_SEARCH; only a daemon that keeps it may make the call.
-    let file_handles = caps & (1 << 2) != 0; // CAP_DAC_READ_SEARCH
-    sandbox::seccomp(c.seccomp, file_handles)?;
-    Ok(proc_fd)
+    Ok(crate::confine::caps_mask(opt)?)
 }
 
 struct Restored {
@@ -611,8 +577,7 @@ fn restore(
     inc: &mut Incoming,
     st: &DaemonState,
     wake_cost: Duration,
-    own: &Own,
-    prepared: Option<Prepared>,
+    own: Own,
     journal: Option<&'static xvfs_fs::journal::Journal>,
     crashed: bool,
 ) -> Result<Restored, SetupError> {
@@ -624,29 +589,15 @@ fn restore(
     }
     logger::release();
     let started = std::time::Instant::now();
-    let (fs, metrics, fs_done, confined) = match prepared {
-        Some(p) => {
-            let max_open = max_open(own.max_open, p.limit)?;
-            let mut fs = restore_fs(inc, st, max_open, Some(p.dir), journal, crashed)?;
-            if let Some(proc_fd) = p.proc_fd {
-                fs.set_proc_self_fd(proc_fd);
-            }
-            let done = started.elapsed();
-            (fs, p.metrics, done, None)
-        }
-        None => {
-            let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
-            let max_open = max_open(own.max_open, limit)?;
-            let mut fs = restore_fs(inc, st, max_open, None, journal, crashed)?;
-            let fs_done = started.elapsed();
-            // Everything from here on needs no host path: the sandbox now.
-            let metrics = open_metrics(&st.config)?;
-            if let Some(proc_fd) = confine(&st.config, own.caps)? {
-                fs.set_proc_self_fd(proc_fd);
-            }
-            (fs, metrics, fs_done, Some(started.elapsed()))
-        }
-    };
+    let p = own.prepared;
+    let max_open = max_open(own.max_open, p.limit)?;
+    let fs = restore_fs(inc, st, max_open, p.dir, journal, crashed)?;
+    if crashed {
+        // The journal's file handles are open: CAP_DAC_READ_SEARCH goes,
+        // unless the command line keeps it.
+        crate::confine::release_extra_caps(own.caps)?;
+    }
+    let fs_done = started.elapsed();
     let server = Arc::new(FsServer::new(fs));
     let session = match journal.filter(|_| crashed) {
         Some(j) => j.session(),
@@ -659,15 +610,11 @@ fn restore(
     let mut dev_cfg = device_config(&st.config, wake_cost);
     dev_cfg.journal = journal;
     let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
-    let sandbox = match confined {
-        Some(c) => format!("sandbox {} µs", (c - fs_done).as_micros()),
-        None => "sandbox entered before the handover".to_string(),
-    };
     info!(
-        "restored in {} µs: file system {} µs, {sandbox}, device {} µs",
+        "restored in {} µs (sandbox entered before): file system {} µs, device {} µs",
         started.elapsed().as_micros(),
         fs_done.as_micros(),
-        (started.elapsed() - confined.unwrap_or(fs_done)).as_micros()
+        (started.elapsed() - fs_done).as_micros()
     );
     let conn = Connection::from_fd(
         take(st.vhost_socket_fd).map_err(|e| SetupError::Io("vhost-user socket", e))?,
@@ -681,25 +628,25 @@ fn restore(
         dev,
         conn,
         control,
-        metrics,
+        metrics: p.metrics,
     })
 }
 
-/// The file system of a predecessor: rebuilt from the journal after a crash,
-/// else from the tables (and descriptors) it sent, journaled on if there is
-/// a journal.
+/// The file system of a predecessor, on `dir` (opened inside the sandbox):
+/// rebuilt from the journal after a crash, else from the tables (and
+/// descriptors) it sent, journaled on if there is a journal.
 fn restore_fs(
     inc: &mut Incoming,
     st: &DaemonState,
     max_open: usize,
-    dir: Option<SharedDir>,
+    dir: SharedDir,
     journal: Option<&'static xvfs_fs::journal::Journal>,
     crashed: bool,
 ) -> Result<PassthroughFs, SetupError> {
+    let cfg = fs_config(&st.config, max_open)?;
     let fs = match journal.filter(|_| crashed) {
         Some(j) => {
-            let mut fs =
-                PassthroughFs::new(fs_config(&st.config, max_open)?).map_err(SetupError::Fs)?;
+            let mut fs = PassthroughFs::on(cfg, dir).map_err(SetupError::Fs)?;
             let report = fs.recover(j).map_err(SetupError::Fs)?;
             info!(
                 "crash restart: {} inodes and {} open files found again",
@@ -716,11 +663,6 @@ fn restore_fs(
             fs
         }
         None => {
-            let cfg = fs_config(&st.config, max_open)?;
-            let dir = match dir {
-                Some(d) => d,
-                None => SharedDir::open(&cfg.root_dir).map_err(SetupError::Fs)?,
-            };
             let fs = PassthroughFs::restore(cfg, dir, &st.fs, inc.take_fs_fds());
             let mut fs = fs.map_err(SetupError::Fs)?;
             if let Some(j) = journal {

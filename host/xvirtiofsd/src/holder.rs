@@ -21,7 +21,12 @@
 //!
 //! The holder does no file-system work and, until it gives up, handles no
 //! guest input; signals it receives (SIGTERM, SIGINT, ...) go to the
-//! serving process, and then its end is not a crash.
+//! serving process, and then its end is not a crash. Once started it keeps
+//! no effective capability but those it needs to give up (CAP_SETPCAP,
+//! CAP_SETGID: to drop the rest for good); its serving processes get theirs
+//! from the bounding set when they start. A holder that gives up serves
+//! the guest's rings on an empty file system mounted nowhere, with every
+//! capability dropped, no_new_privs and a filter without file calls.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -72,6 +77,34 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
+/// CAP_SETGID and CAP_SETPCAP: what dropping every capability needs.
+const GIVE_UP_CAPS: u64 = 1 << 6 | 1 << 8;
+
+/// What a holder that gives up serves instead of the share, made while it
+/// still could, and the settings its own command line gives.
+struct Fallback {
+    /// The root of an empty tmpfs mounted nowhere.
+    empty: Option<OwnedFd>,
+    /// The settings from the holder's command line.
+    config: Option<virtio_fs_ext::state::ConfigState>,
+}
+
+impl Fallback {
+    fn prepare(opt: &Opt) -> Fallback {
+        let empty = sys::empty_tmpfs()
+            .map_err(|e| {
+                warn!("crash restart: no empty file system for giving up ({e}): a holder that gives up will close the connection")
+            })
+            .ok();
+        let config = opt
+            .shared_dir
+            .as_ref()
+            .and_then(|d| std::fs::canonicalize(d).ok())
+            .map(|d| crate::settings::config_state(opt, &d));
+        Fallback { empty, config }
+    }
+}
+
 /// The last checkpoint: the state blob and its descriptors.
 struct Checkpoint {
     blob: Vec<u8>,
@@ -92,6 +125,10 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
     let journal = Journal::create(jfile.as_fd(), usize::from(opt.queues) + 1, slots, slots)?;
     journal.set_holder_pid(std::process::id());
     sys::on_signals(sys::forwarded_signals(), forward).map_err(HolderError::Watch)?;
+    let fallback = Fallback::prepare(opt);
+    if let Err(e) = crate::caps::keep_only(GIVE_UP_CAPS) {
+        warn!("crash restart: the holder keeps its capabilities: {e}");
+    }
     info!(
         "crash restart: holder pid {}, journal of {} nodes and {} handles, at most {} \
          crashes in {} s",
@@ -130,7 +167,7 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
                 opt.crash_restart_limit.0,
                 opt.crash_restart_limit.1
             );
-            return Ok(give_up(opt, last.as_ref()));
+            return Ok(give_up(opt, fallback, last.as_ref()));
         }
         short_lived = if started.elapsed() >= HEALTHY {
             0
@@ -293,12 +330,12 @@ fn exit_status(how: ChildEnd) -> u8 {
 /// request from now on with EIO, from the last checkpoint and without
 /// touching the file system, until the front-end leaves: the guest sees
 /// errors, never a hang. Returns the exit status (1).
-fn give_up(opt: &Opt, last: Option<&Checkpoint>) -> u8 {
+fn give_up(opt: &Opt, fallback: Fallback, last: Option<&Checkpoint>) -> u8 {
     let Some(cp) = last else {
         return 1;
     };
     error!("crash restart: every request now gets EIO until the front-end disconnects");
-    if let Err(e) = refuse_requests(opt, cp) {
+    if let Err(e) = refuse_requests(opt, fallback, cp) {
         error!(
             "crash restart: cannot answer the guest any more: {}",
             crate::error_chain(&e)
@@ -317,18 +354,31 @@ enum RefuseError {
     Device(#[from] crate::vhost_user::VhostUserError),
     #[error("checkpoint descriptor {0} missing or used twice")]
     Fd(u32),
+    #[error("no empty file system or shared directory settings were prepared")]
+    NotPrepared,
+    #[error("confinement")]
+    Confine(#[from] crate::confine::ConfineError),
+    #[error("confinement")]
+    Sandbox(#[from] crate::sandbox::SandboxError),
 }
 
-fn refuse_requests(opt: &Opt, cp: &Checkpoint) -> Result<(), RefuseError> {
+fn refuse_requests(opt: &Opt, fallback: Fallback, cp: &Checkpoint) -> Result<(), RefuseError> {
     use crate::vhost_user::{Connection, Device, ServeEnd};
+    let (Some(empty), Some(own)) = (fallback.empty, fallback.config) else {
+        return Err(RefuseError::NotPrepared);
+    };
+    // Confined before the checkpoint (written by a process the guest may
+    // have compromised) is read: no capability, no file call.
+    let proc_stand_in = empty
+        .try_clone()
+        .map_err(crate::confine::ConfineError::OpenProc)?;
+    let dir = xvfs_fs::passthrough::SharedDir::from_parts(empty, proc_stand_in)
+        .map_err(crate::daemon::SetupError::Fs)?;
+    crate::caps::drop_to(0).map_err(crate::confine::ConfineError::from)?;
+    sys::no_new_privs().map_err(crate::confine::ConfineError::OpenRoot)?;
+    crate::sandbox::seccomp(opt.seccomp, crate::sandbox::Profile::Refusing)?;
     let mut st = virtio_fs_ext::state::DaemonState::decode(&cp.blob)?;
     st.check(cp.fds.len())?;
-    // The checkpoint came from a process the guest may have compromised:
-    // what this holder opens comes from its own command line.
-    let dir = opt.shared_dir.clone().unwrap_or_default();
-    let dir = std::fs::canonicalize(&dir)
-        .map_err(|e| crate::daemon::SetupError::SharedDir(dir.clone(), e))?;
-    let own = crate::settings::config_state(opt, &dir);
     st.config = crate::trust::check_settings(&own, &st.config, None, None)
         .map_err(crate::upgrade::UpgradeError::Settings)
         .map_err(crate::daemon::SetupError::from)?;
@@ -338,8 +388,7 @@ fn refuse_requests(opt: &Opt, cp: &Checkpoint) -> Result<(), RefuseError> {
             .and_then(Option::take)
             .ok_or_else(|| std::io::Error::other(format!("descriptor {i}")))
     };
-    let fs = xvfs_fs::PassthroughFs::new(crate::settings::fs_config(&st.config, 1)?)
-        .map_err(crate::daemon::SetupError::Fs)?;
+    let fs = xvfs_fs::PassthroughFs::at(crate::settings::fs_config(&st.config, 1)?, dir);
     let server = std::sync::Arc::new(crate::FsServer::new(fs));
     server.refuse_all(libc::EIO);
     let cfg = crate::settings::device_config(&st.config, Duration::ZERO);

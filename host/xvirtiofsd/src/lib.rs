@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod chain;
 pub mod checkpoint;
 pub mod cli;
+pub mod confine;
 pub mod control;
 pub mod daemon;
 pub mod dirty_log;

@@ -95,18 +95,18 @@ fn main() -> ExitCode {
             }
         }
     }
-    let link = match HolderLink::from_opt(&opt) {
-        Ok(l) => l,
-        Err(e) => {
-            error!("{}", error_chain(&e));
-            return ExitCode::from(EXIT_SETUP);
+    crash_fault(opt.holder_socket.is_some(), opt.holder_restart);
+    let daemon = if opt.holder_restart {
+        // Takes the holder's journal only once it is confined.
+        Daemon::restart(&opt)
+    } else {
+        match HolderLink::from_opt(&opt) {
+            Ok(link) => match &opt.handover_from {
+                Some(control) => Daemon::take_over(control, &opt, link),
+                None => Daemon::fresh(&opt, link),
+            },
+            Err(e) => Err(e.into()),
         }
-    };
-    crash_fault(link.is_some(), opt.holder_restart);
-    let daemon = match (&opt.handover_from, link) {
-        (_, Some(link)) if opt.holder_restart => Daemon::restart(&opt, link),
-        (Some(control), link) => Daemon::take_over(control, &opt, link),
-        (None, link) => Daemon::fresh(&opt, link),
     };
     let daemon = match daemon {
         Ok(d) => d,

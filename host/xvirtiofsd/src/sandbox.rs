@@ -39,6 +39,9 @@ pub enum SandboxError {
     IdMap(String, #[source] std::io::Error),
 }
 
+/// CAP_KILL.
+const CAP_KILL: u64 = 1 << 5;
+
 /// The pid the world knows the daemon by (the process that was started:
 /// the supervisor, with `--sandbox namespace`), and the host pid of the
 /// process that serves (itself, or the supervisor's child).
@@ -119,6 +122,11 @@ pub fn enter_pid_namespace(maps: Option<&IdMaps>) -> Result<Role, SandboxError> 
 /// The supervisor's life: wait for the daemon, pass signals on, exit with
 /// its status.
 pub fn supervise(child: libc::pid_t) -> i32 {
+    // It only waits and passes signals on (CAP_KILL: the daemon may run
+    // under another uid in a user namespace); nothing else is kept.
+    if let Err(e) = crate::caps::drop_to(CAP_KILL) {
+        warn!("the supervisor keeps its capabilities: {e}");
+    }
     match sys::supervise(child) {
         Ok(code) => code,
         Err(e) => {
@@ -254,7 +262,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_exit_group,
     libc::SYS_gettid,
     libc::SYS_getpid,
-    libc::SYS_tgkill,
     libc::SYS_clock_gettime,
     libc::SYS_clock_nanosleep,
     libc::SYS_nanosleep,
@@ -280,7 +287,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_getcwd,
     libc::SYS_membarrier,
     libc::SYS_memfd_create,
-    libc::SYS_connect,
     libc::SYS_shutdown,
     libc::SYS_name_to_handle_at,
     libc::SYS_sched_getparam,
@@ -301,39 +307,48 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_open,
 ];
 
-/// The calls allowed only with some arguments. A call outside them fails
-/// with an errno rather than the filter's action (a library probing is not
-/// an attack):
+/// The calls allowed only with some arguments, or refused with an errno
+/// rather than the filter's action (a library probing is not an attack):
 /// - `ioctl` with a request of [`IOCTLS`], else ENOTTY;
-/// - `socket` of the Unix domain only (the service manager's datagram
-///   socket), else EAFNOSUPPORT;
+/// - `socket` and `connect` fail with EPERM: every socket the daemon needs
+///   (system logger, service manager, the control socket a successor talks
+///   to) is connected before the filter goes in, and a compromised daemon
+///   must not reach another host daemon's socket;
+/// - `tgkill` only to a thread of this process (`pid`), else EPERM;
 /// - `clone` of a thread (CLONE_THREAD) only: no new process, else EPERM;
 /// - `clone3` fails with ENOSYS: its flags sit behind a pointer the filter
 ///   cannot read, and the C library then falls back to `clone`.
+///
+/// With `refusing` (a crash-restart holder that gave up and only answers
+/// EIO), every file-system call of [`FILE_OPS`] fails with EACCES.
 ///
 /// Each is one filter of its own that answers the errno on a match and
 /// allows everything else; the kernel runs every installed filter and keeps
 /// the strictest answer, so the main filter only lists these calls as
 /// allowed.
-fn restricted() -> Result<Vec<(libc::c_long, Vec<SeccompRule>, i32)>, BackendError> {
+type Restricted = Vec<(libc::c_long, Vec<SeccompRule>, i32)>;
+
+fn restricted(pid: u32, refusing: bool) -> Result<Restricted, BackendError> {
     let cond = |arg: u8, len, op, value: u64| SeccompCondition::new(arg, len, op, value);
     let ioctl_other = IOCTLS
         .iter()
         .map(|&r| cond(1, Len::Dword, Op::Ne, u64::from(r)))
         .collect::<Result<Vec<_>, _>>()?;
-    let not_unix = vec![cond(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64)?];
+    let other_process = vec![cond(0, Len::Dword, Op::Ne, u64::from(pid))?];
     let thread = libc::CLONE_THREAD as u64;
     let no_thread = vec![cond(0, Len::Qword, Op::MaskedEq(thread), 0)?];
-    Ok(vec![
+    let mut v = vec![
         (
             libc::SYS_ioctl,
             vec![SeccompRule::new(ioctl_other)?],
             libc::ENOTTY,
         ),
+        (libc::SYS_socket, Vec::new(), libc::EPERM),
+        (libc::SYS_connect, Vec::new(), libc::EPERM),
         (
-            libc::SYS_socket,
-            vec![SeccompRule::new(not_unix)?],
-            libc::EAFNOSUPPORT,
+            libc::SYS_tgkill,
+            vec![SeccompRule::new(other_process)?],
+            libc::EPERM,
         ),
         (
             libc::SYS_clone,
@@ -341,23 +356,82 @@ fn restricted() -> Result<Vec<(libc::c_long, Vec<SeccompRule>, i32)>, BackendErr
             libc::EPERM,
         ),
         (libc::SYS_clone3, Vec::new(), libc::ENOSYS),
-    ])
+    ];
+    if refusing {
+        v.extend(FILE_OPS.iter().map(|&nr| (nr, Vec::new(), libc::EACCES)));
+    }
+    Ok(v)
 }
 
-/// The BPF programs `--seccomp action` installs (`None` for `none`), built
-/// with `seccompiler`: one filter per argument restriction ([`restricted`]),
-/// then the main filter (the architecture check, every allowed call,
-/// `action` for the rest), to be installed in that order.
+/// What a process that serves no file any more (a crash-restart holder
+/// that gave up) may not call.
+const FILE_OPS: &[libc::c_long] = &[
+    libc::SYS_open,
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_unlinkat,
+    libc::SYS_unlink,
+    libc::SYS_renameat2,
+    libc::SYS_renameat,
+    libc::SYS_rename,
+    libc::SYS_linkat,
+    libc::SYS_symlinkat,
+    libc::SYS_readlinkat,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_fchmodat,
+    libc::SYS_fchownat,
+    libc::SYS_fchmod,
+    libc::SYS_fchown,
+    libc::SYS_ftruncate,
+    libc::SYS_fallocate,
+    libc::SYS_utimensat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    libc::SYS_copy_file_range,
+    libc::SYS_getdents64,
+    libc::SYS_getdents,
+    libc::SYS_setresuid,
+    libc::SYS_setresgid,
+    libc::SYS_setfsuid,
+    libc::SYS_setfsgid,
+    libc::SYS_capset,
+    libc::SYS_fchdir,
+];
+
+/// The BPF programs `--seccomp action` installs (`None` for `none`) in
+/// this process, built with `seccompiler`: one filter per argument
+/// restriction ([`restricted`]), then the main filter (the architecture
+/// check, every allowed call, `action` for the rest), to be installed in
+/// that order.
 pub fn program(action: SeccompAction) -> Option<Vec<Vec<libc::sock_filter>>> {
-    program_with(action, false)
+    program_with(
+        action,
+        Profile::Serving {
+            file_handles: false,
+        },
+    )
 }
 
-/// [`program`]; with `file_handles`, `open_by_handle_at` is allowed too (a
-/// VM live migration by file handle; it needs CAP_DAC_READ_SEARCH, which is
-/// only kept with `--modcaps=+dac_read_search`).
+/// Which list a process gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// A serving process; with `file_handles`, `open_by_handle_at` is
+    /// allowed too (it needs CAP_DAC_READ_SEARCH, kept only then).
+    Serving { file_handles: bool },
+    /// A crash-restart holder that gave up: no file-system call.
+    Refusing,
+}
+
+/// [`program`] for `profile`.
 pub fn program_with(
     action: SeccompAction,
-    file_handles: bool,
+    profile: Profile,
 ) -> Option<Vec<Vec<libc::sock_filter>>> {
     let mismatch = match action {
         SeccompAction::None => return None,
@@ -368,16 +442,15 @@ pub fn program_with(
     // The lists are constants: building them cannot fail at run time (a
     // unit test builds every variant), and a daemon that could not build
     // its filter must not run unfiltered: an empty result refuses to start.
-    build(mismatch, file_handles).ok()
+    build(mismatch, profile).ok()
 }
 
-fn build(mismatch: Act, file_handles: bool) -> Result<Vec<Vec<libc::sock_filter>>, BackendError> {
-    let extra: &[libc::c_long] = if file_handles {
-        &[libc::SYS_open_by_handle_at]
-    } else {
-        &[]
+fn build(mismatch: Act, profile: Profile) -> Result<Vec<Vec<libc::sock_filter>>, BackendError> {
+    let extra: &[libc::c_long] = match profile {
+        Profile::Serving { file_handles: true } => &[libc::SYS_open_by_handle_at],
+        _ => &[],
     };
-    let restricted = restricted()?;
+    let restricted = restricted(std::process::id(), profile == Profile::Refusing)?;
     let allowed: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(extra)
@@ -411,7 +484,7 @@ fn build(mismatch: Act, file_handles: bool) -> Result<Vec<Vec<libc::sock_filter>
 }
 
 /// Installs the filters chosen with `--seccomp` on every thread.
-pub fn seccomp(action: SeccompAction, file_handles: bool) -> Result<(), SandboxError> {
+pub fn seccomp(action: SeccompAction, profile: Profile) -> Result<(), SandboxError> {
     if action == SeccompAction::None {
         warn!(
             "--seccomp none: no system-call filter; a compromised daemon may make \
@@ -419,7 +492,7 @@ pub fn seccomp(action: SeccompAction, file_handles: bool) -> Result<(), SandboxE
         );
         return Ok(());
     }
-    let progs = program_with(action, file_handles).ok_or(SandboxError::SeccompBuild)?;
+    let progs = program_with(action, profile).ok_or(SandboxError::SeccompBuild)?;
     for p in &progs {
         sys::seccomp_install(p).map_err(SandboxError::Seccomp)?;
     }
@@ -438,9 +511,18 @@ mod tests {
     fn every_variant_builds_and_checks_the_architecture() {
         const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
         for action in [SeccompAction::Kill, SeccompAction::Log, SeccompAction::Trap] {
-            for handles in [false, true] {
-                let progs = program_with(action, handles).expect("filters build");
-                assert_eq!(progs.len(), 1 + restricted().unwrap().len());
+            for (profile, refusing) in [
+                (
+                    Profile::Serving {
+                        file_handles: false,
+                    },
+                    false,
+                ),
+                (Profile::Serving { file_handles: true }, false),
+                (Profile::Refusing, true),
+            ] {
+                let progs = program_with(action, profile).expect("filters build");
+                assert_eq!(progs.len(), 1 + restricted(1, refusing).unwrap().len());
                 for p in &progs {
                     assert!(p.iter().any(|i| i.k == AUDIT_ARCH_X86_64));
                     assert!(p.len() < 4096);
@@ -459,6 +541,9 @@ mod tests {
             libc::SYS_open_by_handle_at,
             libc::SYS_ptrace,
             libc::SYS_mount,
+            libc::SYS_tgkill,
+            libc::SYS_socket,
+            libc::SYS_connect,
         ] {
             assert!(!ALLOWED.contains(&nr), "{nr} is allowed");
         }

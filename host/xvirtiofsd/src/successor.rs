@@ -4,41 +4,17 @@
 //! is done before it says HELLO, because from HELLO until it confirms the
 //! predecessor's queues are stopped and the guest waits.
 
-use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use log::warn;
-use xvfs_fs::passthrough::SharedDir;
 
 use crate::checkpoint::HolderLink;
 use crate::cli::Opt;
-use crate::daemon::{
-    canonical_shared_dir, caps_mask, confine, open_metrics, own_settings, Daemon, Own, SetupError,
-};
-use crate::metrics_file::MetricsWriter;
+use crate::confine::{self, Prepared};
+use crate::daemon::{canonical_shared_dir, caps_mask, own_settings, Daemon, Own, SetupError};
 use crate::queue::measure_wake_cost;
-use crate::service_manager::Notifier;
-use crate::settings::config_state;
-use crate::{control, logger, sys, upgrade};
-
-/// What a live upgrade's successor opens and enters before it asks for the
-/// state, so that the predecessor's pause covers only the transfer and the
-/// restore.
-pub struct Prepared {
-    /// The shared directory (and `/proc/self/fd`).
-    pub dir: SharedDir,
-    /// The open-file limit, raised.
-    pub limit: u64,
-    /// The sandbox's `/proc/self/fd` (namespace sandbox).
-    pub proc_fd: Option<OwnedFd>,
-    /// `--metrics-file`, opened.
-    pub metrics: Option<MetricsWriter>,
-    /// The service manager's socket, connected.
-    pub notifier: Option<Notifier>,
-    /// `/dev/null`, to let go of the upgrade command's pipe.
-    pub dev_null: Option<OwnedFd>,
-}
+use crate::{control, logger, upgrade};
 
 impl Daemon {
     /// A successor: ask the daemon behind `control_path` for its state and
@@ -80,14 +56,14 @@ fn take_over(
         caps: caps_mask(opt)?,
         max_open: opt.max_open,
         joined,
-        prepared: Some(prepared),
+        prepared,
     };
     Daemon::adopt(inc, wake_cost, own, link, false)
 }
 
 /// Asks the running daemon (on `peer`, a checked control connection) for
 /// its inodes while it still serves, and proves them inside the share, so
-/// that the pause need not (see [`SharedDir::preload`]). Best effort: a
+/// that the pause need not (see [`xvfs_fs::passthrough::SharedDir::preload`]). Best effort: a
 /// daemon that cannot preload (an older version) leaves the whole check to
 /// the restore.
 fn preload(peer: UnixStream, prepared: &mut Prepared, shared_dir: &Path) {
@@ -122,25 +98,7 @@ fn prepare(opt: &Opt, shared_dir: &Path) -> Result<Prepared, SetupError> {
             );
         }
     }
-    let cfg = config_state(opt, shared_dir);
-    let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
-    let dir = SharedDir::open(shared_dir).map_err(SetupError::Fs)?;
-    let notifier = Notifier::from_env();
-    let metrics = open_metrics(&cfg)?;
-    let dev_null = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/null")
-        .ok()
-        .map(OwnedFd::from);
-    let proc_fd = confine(&cfg, caps_mask(opt)?)?;
-    Ok(Prepared {
-        dir,
-        limit,
-        proc_fd,
-        metrics,
-        notifier,
-        dev_null,
-    })
+    Ok(confine::prepare(opt, shared_dir, 0)?)
 }
 
 /// Moves into the cgroups of the daemon on `peer` (a checked control

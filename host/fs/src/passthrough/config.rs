@@ -179,6 +179,13 @@ impl SharedDir {
             source,
         })?;
         let proc_self_fd = open_path_dir(Path::new("/proc/self/fd")).map_err(Error::OpenProc)?;
+        SharedDir::from_parts(root, proc_self_fd)
+    }
+
+    /// The shared directory from descriptors opened by the caller: `root`
+    /// (a directory, typically "/" of a sandbox the process has entered)
+    /// and `proc_self_fd` (a `/proc/self/fd` directory).
+    pub fn from_parts(root: OwnedFd, proc_self_fd: OwnedFd) -> Result<SharedDir, Error> {
         let st = crate::sys::stat_fd(std::os::fd::AsFd::as_fd(&root)).map_err(Error::StatRoot)?;
         Ok(SharedDir {
             root,
@@ -186,6 +193,11 @@ impl SharedDir {
             key: (st.st_dev, st.st_ino),
             preloaded: HashMap::new(),
         })
+    }
+
+    /// Device and inode number of the shared directory.
+    pub fn key(&self) -> (u64, u64) {
+        self.key
     }
 }
 

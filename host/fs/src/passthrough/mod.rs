@@ -159,6 +159,14 @@ impl PassthroughFs {
         Ok(fs)
     }
 
+    /// A file system on `dir`, opened by the caller (from inside its
+    /// sandbox), with the file-handle check of [`PassthroughFs::new`].
+    pub fn on(cfg: Config, dir: SharedDir) -> Result<Self, Error> {
+        let fs = Self::at(cfg, dir);
+        fs.check_file_handles()?;
+        Ok(fs)
+    }
+
     /// A file system on a shared directory opened earlier (a live
     /// upgrade's successor opens it before entering its sandbox, where the
     /// path is no longer visible). `cfg.root_dir` is not opened again.

@@ -361,9 +361,25 @@ pub fn sandbox_namespace(root: &Path) -> io::Result<OwnedFd> {
             std::ptr::null(),
         )
     })?;
+    // Then only its fd directory: bind-mounted over /proc, so that the
+    // descriptor opened below is the root of its own mount. `..` from a
+    // mount's root climbs to where it is mounted, and once the old root is
+    // detached below this mount has no parent: `..` stays put, and no path
+    // from the descriptor reaches the procfs root (/proc/sys, other
+    // processes).
+    // SAFETY: valid NUL-terminated strings; a bind mount takes no fstype/data.
+    cvt(unsafe {
+        libc::mount(
+            c"/proc/self/fd".as_ptr(),
+            proc_dir.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    })?;
     let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
     // SAFETY: valid NUL-terminated path; the result is checked and owned below.
-    let fd = cvt(unsafe { libc::open(c"/proc/self/fd".as_ptr(), flags) })?;
+    let fd = cvt(unsafe { libc::open(proc_dir.as_ptr(), flags) })?;
     // SAFETY: fd was just returned by open and is owned by nobody else.
     let proc_self_fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // Bind-mount the shared directory onto itself so it is a mount point.
@@ -403,6 +419,57 @@ pub fn host_pid() -> Option<u32> {
         .ok()
 }
 
+/// Opens `path`, a directory, as `O_PATH` (no access to its contents is
+/// checked: an anchor for `*at` calls).
+pub fn open_path_dir(path: &Path) -> io::Result<OwnedFd> {
+    let c = cstring(path)?;
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: valid NUL-terminated path; the fd is checked and owned below.
+    let fd = cvt(unsafe { libc::open(c.as_ptr(), flags) })?;
+    // SAFETY: fd was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The root directory of a new, empty tmpfs that is mounted nowhere
+/// (`fsopen`/`fsmount`): a directory that leads to no file of the host.
+/// Needs CAP_SYS_ADMIN.
+pub fn empty_tmpfs() -> io::Result<OwnedFd> {
+    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+    const FSOPEN_CLOEXEC: libc::c_uint = 1;
+    const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+    const MOUNT_ATTR_RDONLY: libc::c_uint = 1;
+    const MOUNT_ATTR_NOSUID: libc::c_uint = 2;
+    const MOUNT_ATTR_NODEV: libc::c_uint = 4;
+    const MOUNT_ATTR_NOEXEC: libc::c_uint = 8;
+    // SAFETY: fsopen with a valid NUL-terminated file system name.
+    let fs = cvt(
+        unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) }
+            as libc::c_int,
+    )?;
+    // SAFETY: fs was just returned by fsopen and is owned by nobody else.
+    let fs = unsafe { OwnedFd::from_raw_fd(fs) };
+    // SAFETY: fsconfig on a valid fs context; CREATE takes no key or value.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    } as libc::c_int)?;
+    let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    // SAFETY: fsmount on a created context, with flag constants.
+    let mnt =
+        cvt(
+            unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) }
+                as libc::c_int,
+        )?;
+    // SAFETY: mnt was just returned by fsmount and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(mnt) })
+}
+
 /// `chroot(2)` into `root` and move there.
 pub fn sandbox_chroot(root: &Path) -> io::Result<()> {
     let croot = cstring(root)?;
@@ -413,6 +480,13 @@ pub fn sandbox_chroot(root: &Path) -> io::Result<()> {
     cvt(unsafe { libc::chroot(croot.as_ptr()) })?;
     // SAFETY: as above.
     cvt(unsafe { libc::chdir(slash.as_ptr()) })?;
+    Ok(())
+}
+
+/// `PR_SET_NO_NEW_PRIVS`: no later exec gains a privilege.
+pub fn no_new_privs() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
     Ok(())
 }
 
