@@ -51,7 +51,10 @@ step_simple() {
 # cargo test: add up its "test result:" lines; a build failure counts as one failure.
 step_cargo_test() {
     local rc=0 p f
-    run_logged cargo-test bash -c 'cd host && cargo test --workspace' || rc=$?
+    # Then the tests that need the test hooks of a fault-injection build
+    # (the attacker inside the sandbox: tests/escape.rs).
+    run_logged cargo-test bash -c 'cd host && cargo test --workspace &&
+        cargo test -p xvirtiofsd --features fault-injection --test escape' || rc=$?
     read -r p f < <(awk '/^test result:/ {for (i = 1; i < NF; i++) {if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i}}
         END {print p + 0, f + 0}' "$LOG_DIR/cargo-test.log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -100,7 +103,8 @@ main() {
     mkdir -p "$LOG_DIR"
     need cargo shellcheck
     step_simple cargo-fmt bash -c 'cd host && cargo fmt --all --check -- --color never'
-    step_simple cargo-clippy bash -c 'cd host && cargo clippy --workspace --all-targets -- -D warnings'
+    step_simple cargo-clippy bash -c 'cd host && cargo clippy --workspace --all-targets -- -D warnings &&
+        cargo clippy -p xvirtiofsd --all-targets --features fault-injection -- -D warnings'
     step_cargo_test
     # Each target (FUSE requests, virtqueues) for XVFS_FUZZ_SECONDS; `make
     # fuzz` runs them longer.

@@ -95,6 +95,8 @@ pub fn confine(c: &ConfigState, caps: u64, extra_caps: u64) -> Result<SharedDir,
     let file_handles = (caps | extra_caps) & CAP_DAC_READ_SEARCH != 0;
     sandbox::seccomp(c.seccomp, sandbox::Profile::Serving { file_handles })?;
     info!("the shared directory was opened from inside the sandbox");
+    #[cfg(feature = "fault-injection")]
+    crate::attack::arm();
     Ok(dir)
 }
 

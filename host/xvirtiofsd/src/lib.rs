@@ -6,6 +6,8 @@
 //! [`chain`] (descriptor chain as request/reply) → `xvfs_fs::Server` (FUSE) →
 //! `xvfs_fs::PassthroughFs` (host directory) → reply → used ring.
 
+#[cfg(feature = "fault-injection")]
+pub mod attack;
 pub mod caps;
 pub mod cgroup;
 pub mod chain;

@@ -157,6 +157,31 @@ impl Vmm {
             let _ = stats_tx.send(dev.stats());
             serve(dev, theirs)
         });
+        let mut vmm = Vmm::over(ours, max_queues);
+        vmm.daemon = Some(Daemon { handle });
+        vmm.stats = stats_rx.recv().expect("device stats");
+        vmm
+    }
+
+    /// A front-end connected to a daemon process listening on `sock` (a
+    /// real `xvirtiofsd`), offering `max_queues` virtqueues.
+    pub fn connect(sock: &Path, max_queues: usize) -> Vmm {
+        // The socket file appears at bind(), a moment before listen().
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let stream = loop {
+            match UnixStream::connect(sock) {
+                Ok(s) => break s,
+                Err(e) if std::time::Instant::now() > deadline => {
+                    panic!("connect to the daemon: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        Vmm::over(stream, max_queues)
+    }
+
+    /// A front-end on `stream`, with fresh guest memory.
+    fn over(stream: UnixStream, max_queues: usize) -> Vmm {
         let memfd = memfd(MEM_SIZE);
         let region = MmapRegion::from_file(
             FileOffset::new(memfd.try_clone().expect("dup"), 0),
@@ -169,12 +194,12 @@ impl Vmm {
             ])
             .expect("memory");
         Vmm {
-            frontend: Frontend::from_stream(ours, max_queues as u64),
+            frontend: Frontend::from_stream(stream, max_queues as u64),
             mem,
             memfd,
             queues: Vec::new(),
-            daemon: Some(Daemon { handle }),
-            stats: stats_rx.recv().expect("device stats"),
+            daemon: None,
+            stats: Vec::new(),
             next_buf: 0x100_0000,
         }
     }
