@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
-use xvfs_fs::passthrough::state::{Location, MigratedInode, MigrationFs};
+use xvfs_fs::passthrough::state::{Location, MigratedHandle, MigratedInode, MigrationFs};
 use xvfs_fs::passthrough::SaveOptions;
 use xvfs_fs::PassthroughFs;
 
@@ -344,4 +344,43 @@ fn a_child_of_a_lost_parent_says_so() {
         report.failed
     );
     assert_eq!(report.failed[1], "node 3: its parent 2 was not found");
+}
+
+#[test]
+fn more_nodes_and_open_files_than_max_open_are_refused_before_any_work() {
+    let dir = TestDir::new("maxopen");
+    for d in ["a", "b", "c"] {
+        std::fs::create_dir(dir.join(d)).unwrap();
+    }
+    let nodes = vec![dir_node(2, ROOT, "a"), dir_node(3, ROOT, "b")];
+    let mut st = state(nodes.clone());
+    st.handles.push(MigratedHandle {
+        fh: 1,
+        inode: 2,
+        flags: libc::O_RDONLY | libc::O_DIRECTORY,
+    });
+    st.next_fh = 2;
+    let capped = |max_open| {
+        let mut cfg = default_config(&dir.path);
+        cfg.max_open = max_open;
+        PassthroughFs::new(cfg).unwrap()
+    };
+    // Exactly at the cap: loaded.
+    let report = capped(3).load_migration(&st, true).unwrap();
+    assert_eq!((report.inodes, report.handles), (2, 1));
+
+    let mut over = st.clone();
+    over.inodes.push(dir_node(4, ROOT, "c"));
+    over.next_id = 5;
+    for abort in [true, false] {
+        let fs = capped(3);
+        let err = fs.load_migration(&over, abort).unwrap_err().to_string();
+        assert!(
+            err.contains("3 nodes and 1 open files are more than the 3 this process may hold"),
+            "{err}"
+        );
+        assert_eq!(fs.lookup_count(2), None, "nothing was loaded");
+    }
+    // 0: no cap.
+    assert_eq!(capped(0).load_migration(&over, true).unwrap().inodes, 3);
 }

@@ -227,7 +227,7 @@ impl PassthroughFs {
         abort_on_error: bool,
         expect: &HashMap<u64, InodeKey>,
     ) -> Result<LoadReport, Error> {
-        check_ids(st)?;
+        check_state(st, self.cfg.max_open)?;
         self.end_session();
         let mut report = LoadReport::default();
         let (opened, failed) = self.open_inodes(st, expect);
@@ -426,6 +426,20 @@ impl PassthroughFs {
         self.lost_lock().handles.extend(lost);
         Ok(())
     }
+}
+
+/// Refuses, before any work, a state this process must not load: more
+/// nodes and open files than `max_open` (0: no cap) lets it hold, bad or
+/// repeated ids.
+fn check_state(st: &MigrationFs, max_open: usize) -> Result<(), Error> {
+    let (nodes, files) = (st.inodes.len(), st.handles.len());
+    if max_open != 0 && nodes.saturating_add(files) > max_open {
+        return Err(bad(format!(
+            "{nodes} nodes and {files} open files are more than the {max_open} this \
+             process may hold (--max-open)"
+        )));
+    }
+    check_ids(st)
 }
 
 /// Node and handle ids must be in range and unique.
