@@ -7,7 +7,9 @@ mod common;
 
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
-use xvfs_fs::passthrough::state::{Location, MigratedHandle, MigratedInode, MigrationFs};
+use xvfs_fs::passthrough::state::{
+    FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
+};
 use xvfs_fs::passthrough::SaveOptions;
 use xvfs_fs::PassthroughFs;
 
@@ -383,4 +385,28 @@ fn more_nodes_and_open_files_than_max_open_are_refused_before_any_work() {
     }
     // 0: no cap.
     assert_eq!(capped(0).load_migration(&over, true).unwrap().inodes, 3);
+}
+
+#[test]
+fn a_file_handle_longer_than_max_handle_sz_is_refused() {
+    let dir = TestDir::new("longhandle");
+    std::fs::create_dir(dir.join("a")).unwrap();
+    let long = FileHandle {
+        handle_type: 1,
+        bytes: vec![0; MAX_HANDLE_SZ + 1],
+    };
+    let mut by_handle = dir_node(3, ROOT, "");
+    by_handle.location = Location::Handle(long.clone());
+    let mut verified = dir_node(2, ROOT, "a");
+    verified.verify = Some(long);
+    for bad in [by_handle, verified] {
+        let st = state(vec![dir_node(4, ROOT, "a"), bad]);
+        let fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+        let err = fs.load_migration(&st, false).unwrap_err().to_string();
+        assert!(
+            err.contains("file handle of 129 bytes (at most 128)"),
+            "{err}"
+        );
+        assert_eq!(fs.lookup_count(4), None, "nothing was loaded");
+    }
 }

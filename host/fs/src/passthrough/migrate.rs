@@ -10,7 +10,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use super::state::{FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs};
+use super::state::{
+    FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
+};
 use super::table::{InodeKey, RestoredInode};
 use super::upgrade::{component, open_path};
 use super::{dirents, Error, PassthroughFs};
@@ -430,7 +432,7 @@ impl PassthroughFs {
 
 /// Refuses, before any work, a state this process must not load: more
 /// nodes and open files than `max_open` (0: no cap) lets it hold, bad or
-/// repeated ids.
+/// repeated ids, file handles longer than the kernel makes.
 fn check_state(st: &MigrationFs, max_open: usize) -> Result<(), Error> {
     let (nodes, files) = (st.inodes.len(), st.handles.len());
     if max_open != 0 && nodes.saturating_add(files) > max_open {
@@ -439,7 +441,25 @@ fn check_state(st: &MigrationFs, max_open: usize) -> Result<(), Error> {
              process may hold (--max-open)"
         )));
     }
-    check_ids(st)
+    check_ids(st)?;
+    for m in &st.inodes {
+        let handles = match &m.location {
+            Location::Handle(h) => [Some(h), m.verify.as_ref()],
+            _ => [None, m.verify.as_ref()],
+        };
+        if let Some(h) = handles
+            .into_iter()
+            .flatten()
+            .find(|h| h.bytes.len() > MAX_HANDLE_SZ)
+        {
+            return Err(bad(format!(
+                "node {}: file handle of {} bytes (at most {MAX_HANDLE_SZ})",
+                m.id,
+                h.bytes.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Node and handle ids must be in range and unique.
