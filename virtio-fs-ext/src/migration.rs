@@ -170,6 +170,24 @@ mod tests {
     }
 
     #[test]
+    fn a_file_handle_longer_than_max_handle_sz_does_not_decode() {
+        use xvfs_fs::passthrough::state::{FileHandle, MAX_HANDLE_SZ};
+        let with_handle = |len: usize| {
+            let mut s = sample();
+            s.fs.inodes[1].location = Location::Handle(FileHandle {
+                handle_type: 1,
+                bytes: vec![1; len],
+            });
+            s.encode().unwrap()
+        };
+        assert!(decode(&with_handle(MAX_HANDLE_SZ)).is_ok());
+        assert!(matches!(
+            decode(&with_handle(MAX_HANDLE_SZ + 1)),
+            Err(MigrationError::Decode(_))
+        ));
+    }
+
+    #[test]
     fn damage_and_garbage_are_refused() {
         let mut blob = sample().encode().unwrap();
         let last = blob.len() - 1;

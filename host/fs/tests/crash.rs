@@ -322,3 +322,32 @@ fn a_state_migrated_in_is_journaled_and_survives_a_crash() {
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     let _ = fh;
 }
+
+#[test]
+fn a_journal_with_more_entries_than_max_open_is_refused() {
+    let dir = TestDir::new("crash-cap");
+    let jf = journal_file(&dir);
+    let j = leak(Journal::create(jf.as_fd(), 1, 64, 64).unwrap());
+    let h = serving(dir, j, false);
+    let d = h.mkdir(ROOT, "d", 0o755).parse::<abi::EntryOut>().nodeid;
+    h.create_ok(d, "f");
+    h.create_ok(d, "g");
+    // Three nodes and two open files journaled; the crash.
+    let (fs_state, dir) = (j.tables().fs, h.dir);
+    assert_eq!((fs_state.inodes.len(), fs_state.handles.len()), (3, 2));
+    let j2 = leak(Journal::open(jf.as_fd()).unwrap());
+    let mut cfg = default_config(&dir.path);
+    cfg.max_open = 4;
+    let mut fs = PassthroughFs::new(cfg).unwrap();
+    let err = fs.recover(j2).unwrap_err().to_string();
+    assert!(
+        err.contains("3 nodes and 2 open files are more than the 4 this process may hold"),
+        "{err}"
+    );
+    assert_eq!(fs.lookup_count(d), None, "nothing was loaded");
+    // At the cap, it is rebuilt.
+    let mut cfg = default_config(&dir.path);
+    cfg.max_open = 5;
+    let mut fs = PassthroughFs::new(cfg).unwrap();
+    assert_eq!(fs.recover(j2).unwrap().inodes, 3);
+}

@@ -7,10 +7,11 @@
 //! or disconnect; stopping returns the ring's indices.
 //!
 //! A worker that finds its ring corrupt ([`RingFault`]: the avail index more
-//! than the ring size ahead, a head index out of range, a ring the memory
-//! does not hold) does not log and does not retry: it ends at once, with the
-//! fault in its [`WorkerExit`], and signals the supervisor's eventfd so that
-//! the control plane reaps it, marks the ring broken and tells the guest.
+//! than the ring size ahead, a head index out of range or still in use by a
+//! waiting SETLKW, a ring the memory does not hold) does not log and does
+//! not retry: it ends at once, with the fault in its [`WorkerExit`], and
+//! signals the supervisor's eventfd so that the control plane reaps it,
+//! marks the ring broken and tells the guest.
 //!
 //! Between batches a worker busy-waits or sleeps as [`crate::poll`] decides.
 
@@ -37,7 +38,7 @@ use crate::poll::PollPolicy;
 pub use crate::poll::{measure_wake_cost, PollConfig, PollMode, BUDGET_PERIOD};
 use crate::replay::Recorder;
 use crate::sys;
-use xvfs_fs::fuse::LockWait;
+use waiting::{WaitList, Waiting};
 use xvfs_fs::server::Outcome;
 
 /// Largest ring size we accept (the virtio maximum for split rings).
@@ -96,6 +97,12 @@ pub enum RingFault {
     AvailAhead { avail: u16, next: u16, size: u16 },
     #[error("descriptor chain head {head} is out of range for ring size {size}")]
     HeadOutOfRange { head: u16, size: u16 },
+    /// The guest made a chain available again while its SETLKW still waits
+    /// for the lock: the device owns that chain until it is used.
+    #[error(
+        "descriptor chain head {head} made available again while it waits for a lock (SETLKW)"
+    )]
+    HeadWaiting { head: u16 },
     #[error("ring access failed")]
     Ring(#[from] virtio_queue::Error),
     #[error("waiting for the guest failed")]
@@ -191,7 +198,7 @@ impl Worker {
             cpu: opts.cpu,
             log: opts.log,
             recorder,
-            waiting: Vec::new(),
+            waiting: WaitList::new(cfg.size),
             next_retry: Instant::now(),
             unsignalled: 0,
         };
@@ -235,9 +242,21 @@ pub fn serve_once(
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
     server: Arc<Server>,
 ) -> Result<u64, String> {
+    let mut ctx = detached(cfg, mem, server)?;
+    let guard = ctx.mem.memory();
+    ctx.serve_batch(&guard).map_err(|e| e.to_string())
+}
+
+/// A worker's state for `cfg` without its thread: kick, call and stop
+/// eventfds of its own, no polling, no journal.
+fn detached(
+    cfg: &RingConfig,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    server: Arc<Server>,
+) -> Result<WorkerCtx, String> {
     let queue = build_queue(cfg, &mem).map_err(|e| e.to_string())?;
     let eventfd = || sys::eventfd().map_err(|e| e.to_string());
-    let mut ctx = WorkerCtx {
+    Ok(WorkerCtx {
         index: cfg.index,
         queue,
         kick: Arc::new(File::from(eventfd()?)),
@@ -254,12 +273,10 @@ pub fn serve_once(
         cpu: None,
         log: None,
         recorder: None,
-        waiting: Vec::new(),
+        waiting: WaitList::new(cfg.size),
         next_retry: Instant::now(),
         unsignalled: 0,
-    };
-    let guard = ctx.mem.memory();
-    ctx.serve_batch(&guard).map_err(|e| e.to_string())
+    })
 }
 
 fn build_queue(
@@ -317,7 +334,7 @@ struct WorkerCtx {
     /// With --crash-restart: records each request in flight.
     recorder: Option<Recorder>,
     /// SETLKW requests waiting for their lock, unanswered.
-    waiting: Vec<Waiting>,
+    waiting: WaitList,
     /// When to ask for their locks again.
     next_retry: Instant,
     /// Replies published since the guest's notification was last checked.
@@ -327,23 +344,6 @@ struct WorkerCtx {
 /// How often a worker asks again for the lock of a waiting SETLKW (the
 /// host tells nobody when a lock is freed).
 pub const LOCK_RETRY: Duration = Duration::from_millis(5);
-
-/// A SETLKW waiting for its lock: its chain stays off the used ring.
-struct Waiting {
-    wait: LockWait,
-    head: u16,
-    w: ChainWriter,
-    request_bytes: usize,
-    started: Instant,
-    /// Keeps the memory `w` points into mapped.
-    _mem: Arc<GuestMemoryMmap>,
-}
-
-// SAFETY: `w` holds raw pointers into guest memory, which `_mem` keeps
-// mapped for as long as the entry lives, whatever thread holds it. Entries
-// are made and used by their worker thread only (the list is moved there
-// empty, when the worker starts).
-unsafe impl Send for Waiting {}
 
 impl WorkerCtx {
     fn run(mut self) -> WorkerExit {
@@ -355,6 +355,7 @@ impl WorkerCtx {
         }
         let fault = self.serve_loop().and_then(|()| self.end_waiting()).err();
         if fault.is_some() {
+            self.drop_waiting();
             // The supervisor logs it, once; the worker only reports it.
             self.faulted.store(true, Ordering::Release);
             let _ = sys::eventfd_signal(self.supervisor.as_fd());
@@ -506,6 +507,9 @@ impl WorkerCtx {
             if head >= size {
                 return Err(RingFault::HeadOutOfRange { head, size });
             }
+            if self.waiting.holds(head) {
+                return Err(RingFault::HeadWaiting { head });
+            }
             match split_chain(mem, chain) {
                 Ok((mut r, mut w)) => {
                     let request_bytes = xvfs_fs::io::RequestReader::remaining(&r);
@@ -519,14 +523,17 @@ impl WorkerCtx {
                         Outcome::Replied(n) => {
                             self.publish(mem, head, Some(&w), n, request_bytes, started)?
                         }
-                        Outcome::Waiting(wait) => self.waiting.push(Waiting {
-                            wait,
-                            head,
-                            w,
-                            request_bytes,
-                            started,
-                            _mem: guard.clone().into_inner(),
-                        }),
+                        Outcome::Waiting(wait) => {
+                            let p = Waiting {
+                                wait,
+                                head,
+                                w,
+                                request_bytes,
+                                started,
+                                _mem: guard.clone().into_inner(),
+                            };
+                            self.park(mem, p)?;
+                        }
                     }
                 }
                 Err(e) => {
@@ -610,12 +617,12 @@ impl WorkerCtx {
         }
         self.next_retry = now + LOCK_RETRY;
         let mut i = 0;
-        while i < self.waiting.len() {
-            let p = &mut self.waiting[i];
+        while i < self.waiting.list.len() {
+            let p = &mut self.waiting.list[i];
             match self.server.retry_lock(&p.wait, &mut p.w) {
                 None => i += 1,
                 Some(n) => {
-                    let p = self.waiting.swap_remove(i);
+                    let p = self.waiting.remove(i);
                     self.publish(mem, p.head, Some(&p.w), n, p.request_bytes, p.started)?;
                 }
             }
@@ -623,15 +630,35 @@ impl WorkerCtx {
         self.signal_used(mem)
     }
 
+    /// Keeps a SETLKW waiting for its lock; with [`WaitList::is_full`],
+    /// answers it ENOLCK at once instead.
+    fn park(&mut self, mem: &GuestMemoryMmap, mut p: Waiting) -> Result<(), RingFault> {
+        if !self.waiting.is_full() {
+            self.waiting.push(p);
+            return Ok(());
+        }
+        let n = self.server.end_wait(p.wait, &mut p.w, libc::ENOLCK);
+        self.publish(mem, p.head, Some(&p.w), n, p.request_bytes, p.started)
+    }
+
     /// Ends every waiting SETLKW with EINTR (the ring stops: a successor or
     /// the migration destination starts from a ring with nothing pending).
     fn end_waiting(&mut self) -> Result<(), RingFault> {
         let guard = self.mem.memory();
-        for mut p in std::mem::take(&mut self.waiting) {
+        while let Some(mut p) = self.waiting.pop() {
             let n = self.server.end_wait(p.wait, &mut p.w, libc::EINTR);
             self.publish(&guard, p.head, Some(&p.w), n, p.request_bytes, p.started)?;
         }
         self.signal_used(&guard)
+    }
+
+    /// After a fault: forgets every waiting SETLKW without a reply on the
+    /// used ring (the ring is broken until the front-end resets it), so
+    /// that the server does not count them as waiting any longer.
+    fn drop_waiting(&mut self) {
+        while let Some(mut p) = self.waiting.pop() {
+            self.server.end_wait(p.wait, &mut p.w, libc::EINTR);
+        }
     }
 
     /// The guest may publish at most a ring's worth of chains ahead of us.
@@ -655,3 +682,8 @@ impl WorkerCtx {
         }
     }
 }
+
+mod waiting;
+
+#[cfg(test)]
+mod tests;

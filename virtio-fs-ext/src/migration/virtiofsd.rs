@@ -73,6 +73,8 @@ enum InodeLocation {
 struct SourceHandle {
     mnt_id: u64,
     handle_type: i32,
+    /// At most `MAX_HANDLE_SZ` bytes: a longer one fails the decoding.
+    #[serde(deserialize_with = "xvfs_fs::passthrough::state::handle_bytes")]
     handle: Vec<u8>,
 }
 
@@ -257,6 +259,35 @@ mod tests {
                 flags: 2
             }]
         );
+    }
+
+    #[test]
+    fn a_file_handle_longer_than_max_handle_sz_is_not_a_stream() {
+        use xvfs_fs::passthrough::state::MAX_HANDLE_SZ;
+        let stream = |len: usize| {
+            let inode = Inode {
+                id: 3,
+                refcount: 1,
+                location: InodeLocation::FileHandle {
+                    handle: SourceHandle {
+                        mnt_id: 9,
+                        handle_type: 1,
+                        handle: vec![1; len],
+                    },
+                },
+                file_handle: None,
+            };
+            let v1 = V1 {
+                inodes: vec![inode],
+                next_inode: 4,
+                handles: Vec::new(),
+                next_handle: 1,
+                negotiated_opts: NegotiatedOpts::default(),
+            };
+            postcard::to_stdvec(&Stream::V1(v1)).unwrap()
+        };
+        assert!(decode(&stream(MAX_HANDLE_SZ)).is_some());
+        assert!(decode(&stream(MAX_HANDLE_SZ + 1)).is_none());
     }
 
     #[test]

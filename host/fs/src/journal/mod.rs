@@ -30,7 +30,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::passthrough::state::{FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs};
+use crate::passthrough::state::{
+    FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
+};
 use crate::sys;
 use crate::SessionState;
 
@@ -50,6 +52,8 @@ pub const MAX_REPLY: usize = 512;
 pub(super) const REQUEST_WORDS: usize = 6 + MAX_REPLY / 8;
 const NAME_WORDS: usize = 32;
 const FH_WORDS: usize = 16;
+// A slot holds the longest file handle the kernel makes, and no longer one.
+const _: () = assert!(FH_WORDS * 8 == MAX_HANDLE_SZ);
 const POOLS: usize = 16;
 /// Longest crash reason kept.
 const REASON_BYTES: usize = 256;
@@ -545,7 +549,11 @@ impl Journal {
                 Location::Invalid {
                     why: "the crash interrupted its journal entry".into(),
                 }
-            } else if hlen > 0 && hlen <= FH_WORDS * 8 {
+            } else if hlen > MAX_HANDLE_SZ {
+                Location::Invalid {
+                    why: format!("its journal entry has a file handle of {hlen} bytes"),
+                }
+            } else if hlen > 0 {
                 Location::Handle(FileHandle {
                     handle_type: w[6].load(Ordering::Relaxed) as u32 as i32,
                     bytes: unpack(&w[8..8 + FH_WORDS], hlen),
@@ -704,6 +712,35 @@ mod tests {
         // The free slot is handed out again, the used ones are not.
         let c = k.add_node(4, 8, (1, 80), libc::S_IFREG, &NodeOrigin::default());
         assert_eq!(c, gone);
+    }
+
+    #[test]
+    fn a_file_handle_longer_than_max_handle_sz_is_not_read_back() {
+        let fd = memfd("journal-c");
+        let j = Journal::create(fd.as_fd(), 1, 10, 10).unwrap();
+        let origin = NodeOrigin {
+            handle: Some((1, &[7u8; MAX_HANDLE_SZ])),
+            parent: Some((1, b"f")),
+        };
+        let slot = j.add_node(0, 5, (1, 77), libc::S_IFREG, &origin);
+        let longest = j.tables().fs.inodes[0].location.clone();
+        let Location::Handle(h) = longest else {
+            panic!("{longest:?}");
+        };
+        assert_eq!(h.bytes.len(), MAX_HANDLE_SZ);
+        // A damaged entry says its handle is longer: the node is lost, not
+        // found by name or by a handle cut short.
+        let meta = &j.node(slot)[5];
+        let longer = (MAX_HANDLE_SZ as u64 + 1) << 32;
+        meta.store(
+            meta.load(Ordering::Relaxed) & !(0xffff << 32) | longer,
+            Ordering::Relaxed,
+        );
+        let t = j.tables();
+        let Location::Invalid { why } = &t.fs.inodes[0].location else {
+            panic!("{:?}", t.fs.inodes[0].location);
+        };
+        assert_eq!(why, "its journal entry has a file handle of 129 bytes");
     }
 
     #[test]

@@ -10,7 +10,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use super::state::{FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs};
+use super::state::{
+    FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
+};
 use super::table::{InodeKey, RestoredInode};
 use super::upgrade::{component, open_path};
 use super::{dirents, Error, PassthroughFs};
@@ -227,44 +229,10 @@ impl PassthroughFs {
         abort_on_error: bool,
         expect: &HashMap<u64, InodeKey>,
     ) -> Result<LoadReport, Error> {
-        check_ids(st)?;
+        check_state(st, self.cfg.max_open)?;
         self.end_session();
         let mut report = LoadReport::default();
-        let mut opened: HashMap<u64, RestoredInode> = HashMap::new();
-        let mut failed: HashMap<u64, String> = HashMap::new();
-        let mut keys: HashSet<InodeKey> = HashSet::from([self.inodes.root().key]);
-        // open_by_handle_at(2) wants a mount descriptor that is not O_PATH.
-        let mount_fd = self.reopen(self.inodes.root(), libc::O_RDONLY | libc::O_DIRECTORY);
-        // Paths name their parent, which may come later in the list: resolve
-        // in passes until nothing more resolves.
-        let mut pending: Vec<&MigratedInode> = st.inodes.iter().collect();
-        loop {
-            let before = pending.len();
-            let mut later = Vec::new();
-            for m in pending {
-                match self.open_location(m, mount_fd.as_ref().ok(), &opened, &failed) {
-                    Resolve::Later => later.push(m),
-                    Resolve::Failed(why) => {
-                        failed.insert(m.id, why);
-                    }
-                    Resolve::Opened(fd) => match self.check_opened(m, fd, &mut keys, expect) {
-                        Ok(r) => {
-                            opened.insert(m.id, r);
-                        }
-                        Err(why) => {
-                            failed.insert(m.id, why);
-                        }
-                    },
-                }
-            }
-            pending = later;
-            if pending.is_empty() || pending.len() == before {
-                break;
-            }
-        }
-        for m in pending {
-            failed.insert(m.id, "its parent directory is not part of the state".into());
-        }
+        let (opened, failed) = self.open_inodes(st, expect);
         if let Some((id, why)) = failed.iter().min_by_key(|(id, _)| **id) {
             if abort_on_error {
                 return Err(bad(format!(
@@ -293,41 +261,92 @@ impl PassthroughFs {
         Ok(report)
     }
 
+    /// Opens every inode of `st` again: the nodes opened, and those that
+    /// could not be, with why.
+    fn open_inodes(
+        &self,
+        st: &MigrationFs,
+        expect: &HashMap<u64, InodeKey>,
+    ) -> (HashMap<u64, RestoredInode>, HashMap<u64, String>) {
+        let mut opened: HashMap<u64, RestoredInode> = HashMap::new();
+        let mut failed: HashMap<u64, String> = HashMap::new();
+        let mut keys: HashSet<InodeKey> = HashSet::from([self.inodes.root().key]);
+        // open_by_handle_at(2) wants a mount descriptor that is not O_PATH.
+        let mount_fd = self.reopen(self.inodes.root(), libc::O_RDONLY | libc::O_DIRECTORY);
+        let mount_fd = mount_fd.as_ref().ok();
+        // Paths name their parent, which may come later in the list: a node
+        // whose parent is not resolved yet waits under the parent's id and
+        // is resolved right after it (with the nodes waiting under it in
+        // turn), so each node is looked at once, in one pass.
+        let mut waiting: HashMap<u64, Vec<&MigratedInode>> = HashMap::new();
+        let mut ready: Vec<&MigratedInode> = Vec::new();
+        for m in &st.inodes {
+            if let Location::Path { parent, .. } = &m.location {
+                let resolved = *parent == ROOT_ID
+                    || opened.contains_key(parent)
+                    || failed.contains_key(parent);
+                if !resolved {
+                    waiting.entry(*parent).or_default().push(m);
+                    continue;
+                }
+            }
+            ready.push(m);
+            while let Some(m) = ready.pop() {
+                let r = self
+                    .open_location(m, mount_fd, &opened)
+                    .and_then(|fd| self.check_opened(m, fd, &mut keys, expect));
+                match r {
+                    Ok(r) => {
+                        opened.insert(m.id, r);
+                    }
+                    Err(why) => {
+                        failed.insert(m.id, why);
+                    }
+                }
+                if let Some(children) = waiting.remove(&m.id) {
+                    ready.extend(children.into_iter().rev());
+                }
+            }
+        }
+        // Never resolved: a parent missing from the state, or parents that
+        // name each other in a cycle.
+        for m in waiting.into_values().flatten() {
+            failed.insert(m.id, "its parent directory is not part of the state".into());
+        }
+        (opened, failed)
+    }
+
+    /// Opens where `m` says it is; a node found by name is opened after its
+    /// parent was opened or failed.
     fn open_location(
         &self,
         m: &MigratedInode,
         mount_fd: Option<&OwnedFd>,
         opened: &HashMap<u64, RestoredInode>,
-        failed: &HashMap<u64, String>,
-    ) -> Resolve {
+    ) -> Result<OwnedFd, String> {
         let nofollow = libc::O_PATH | libc::O_NOFOLLOW;
         let result = match &m.location {
-            Location::Invalid { why } => return Resolve::Failed(format!("source: {why}")),
+            Location::Invalid { why } => return Err(format!("source: {why}")),
             Location::Path { parent, name } => {
                 let dir = if *parent == ROOT_ID {
                     self.inodes.root_fd()
                 } else if let Some(p) = opened.get(parent) {
                     p.fd.as_fd()
-                } else if failed.contains_key(parent) {
-                    return Resolve::Failed(format!("its parent {parent} was not found"));
                 } else {
-                    return Resolve::Later;
+                    return Err(format!("its parent {parent} was not found"));
                 };
                 match component(name).filter(|_| !name.contains(&b'/')) {
                     Some(c) => sys::openat(dir, &c, nofollow, 0),
-                    None => return Resolve::Failed("invalid name".into()),
+                    None => return Err("invalid name".into()),
                 }
             }
             Location::FullPath { path } => open_path(self.inodes.root_fd(), path),
             Location::Handle(h) => match mount_fd {
                 Some(m) => sys::open_by_handle(m.as_fd(), h.handle_type, &h.bytes, libc::O_PATH),
-                None => return Resolve::Failed("the shared directory cannot be opened".into()),
+                None => return Err("the shared directory cannot be opened".into()),
             },
         };
-        match result {
-            Ok(fd) => Resolve::Opened(fd),
-            Err(e) => Resolve::Failed(format!("cannot open: {e}")),
-        }
+        result.map_err(|e| format!("cannot open: {e}"))
     }
 
     /// Checks an opened inode against what the source said, and that it is
@@ -411,11 +430,36 @@ impl PassthroughFs {
     }
 }
 
-enum Resolve {
-    Opened(OwnedFd),
-    Failed(String),
-    /// The parent is not opened yet.
-    Later,
+/// Refuses, before any work, a state this process must not load: more
+/// nodes and open files than `max_open` (0: no cap) lets it hold, bad or
+/// repeated ids, file handles longer than the kernel makes.
+fn check_state(st: &MigrationFs, max_open: usize) -> Result<(), Error> {
+    let (nodes, files) = (st.inodes.len(), st.handles.len());
+    if max_open != 0 && nodes.saturating_add(files) > max_open {
+        return Err(bad(format!(
+            "{nodes} nodes and {files} open files are more than the {max_open} this \
+             process may hold (--max-open)"
+        )));
+    }
+    check_ids(st)?;
+    for m in &st.inodes {
+        let handles = match &m.location {
+            Location::Handle(h) => [Some(h), m.verify.as_ref()],
+            _ => [None, m.verify.as_ref()],
+        };
+        if let Some(h) = handles
+            .into_iter()
+            .flatten()
+            .find(|h| h.bytes.len() > MAX_HANDLE_SZ)
+        {
+            return Err(bad(format!(
+                "node {}: file handle of {} bytes (at most {MAX_HANDLE_SZ})",
+                m.id,
+                h.bytes.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Node and handle ids must be in range and unique.

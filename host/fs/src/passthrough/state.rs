@@ -92,14 +92,53 @@ pub struct FsSnapshot {
     pub opened: std::sync::Arc<Vec<std::os::fd::OwnedFd>>,
 }
 
+/// Longest file handle the kernel makes (`MAX_HANDLE_SZ`): a longer one
+/// in a received state is refused while it is decoded.
+pub const MAX_HANDLE_SZ: usize = crate::sys::MAX_HANDLE_SZ;
+
 /// A file handle (`name_to_handle_at(2)`): stable across hosts that mount
 /// the same file system.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileHandle {
     /// `handle_type`.
     pub handle_type: i32,
-    /// `f_handle`.
+    /// `f_handle`, at most [`MAX_HANDLE_SZ`] bytes.
+    #[serde(deserialize_with = "handle_bytes")]
     pub bytes: Vec<u8>,
+}
+
+/// Deserializes the bytes of a file handle as any `Vec<u8>` (the encoding
+/// is unchanged), refusing more than [`MAX_HANDLE_SZ`]: as soon as the
+/// length says so where the format gives it, else at the first byte too
+/// many.
+pub fn handle_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    d.deserialize_seq(HandleBytes)
+}
+
+struct HandleBytes;
+
+impl<'de> serde::de::Visitor<'de> for HandleBytes {
+    type Value = Vec<u8>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a file handle of at most {MAX_HANDLE_SZ} bytes")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+        use serde::de::Error;
+        let hint = seq.size_hint().unwrap_or(0);
+        if hint > MAX_HANDLE_SZ {
+            return Err(A::Error::invalid_length(hint, &self));
+        }
+        let mut bytes = Vec::with_capacity(hint);
+        while let Some(b) = seq.next_element::<u8>()? {
+            if bytes.len() == MAX_HANDLE_SZ {
+                return Err(A::Error::invalid_length(MAX_HANDLE_SZ + 1, &self));
+            }
+            bytes.push(b);
+        }
+        Ok(bytes)
+    }
 }
 
 /// How the destination of a VM live migration finds an inode again (no
@@ -169,4 +208,60 @@ pub struct MigrationFs {
     pub inodes: Vec<MigratedInode>,
     /// Open handles.
     pub handles: Vec<MigratedHandle>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(len: usize) -> FileHandle {
+        FileHandle {
+            handle_type: 1,
+            bytes: vec![7; len],
+        }
+    }
+
+    #[test]
+    fn a_file_handle_decodes_up_to_max_handle_sz_bytes() {
+        for len in [0, 8, MAX_HANDLE_SZ] {
+            let blob = postcard::to_stdvec(&handle(len)).unwrap();
+            // The encoding is that of a plain `Vec<u8>`.
+            let plain = postcard::to_stdvec(&(1i32, vec![7u8; len])).unwrap();
+            assert_eq!(blob, plain);
+            assert_eq!(
+                postcard::from_bytes::<FileHandle>(&blob).unwrap(),
+                handle(len)
+            );
+        }
+    }
+
+    #[test]
+    fn a_longer_file_handle_is_refused_while_decoding() {
+        let blob = postcard::to_stdvec(&handle(MAX_HANDLE_SZ + 1)).unwrap();
+        assert!(postcard::from_bytes::<FileHandle>(&blob).is_err());
+        // A length prefix far beyond the input is refused before anything
+        // is read or allocated: handle_type 1, then 2^32 - 1 bytes.
+        let huge = [2, 0xff, 0xff, 0xff, 0xff, 0x0f, 7];
+        assert!(postcard::from_bytes::<FileHandle>(&huge).is_err());
+        // Inside a migration state too.
+        let st = MigratedInode {
+            id: 2,
+            refs: 1,
+            generation: 0,
+            file_type: None,
+            location: Location::Handle(handle(MAX_HANDLE_SZ + 1)),
+            verify: None,
+        };
+        let blob = postcard::to_stdvec(&st).unwrap();
+        assert!(postcard::from_bytes::<MigratedInode>(&blob).is_err());
+        let st = MigratedInode {
+            location: Location::FullPath {
+                path: b"f".to_vec(),
+            },
+            verify: Some(handle(MAX_HANDLE_SZ + 1)),
+            ..st
+        };
+        let blob = postcard::to_stdvec(&st).unwrap();
+        assert!(postcard::from_bytes::<MigratedInode>(&blob).is_err());
+    }
 }
