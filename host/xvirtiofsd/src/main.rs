@@ -15,14 +15,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use log::error;
+use log::{error, warn};
 
 use xvirtiofsd::checkpoint::HolderLink;
 use xvirtiofsd::cli::{self, Opt};
 use xvirtiofsd::control;
 use xvirtiofsd::daemon::{self, Daemon, ServeError};
-use xvirtiofsd::upgrade;
 use xvirtiofsd::{error_chain, holder, logger, sandbox, sys};
+use xvirtiofsd::{record, upgrade};
 
 /// Exit status: a runtime error ended serving.
 const EXIT_RUNTIME: u8 = 1;
@@ -66,6 +66,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_SETUP);
         }
     }
+    record_first_start(&opt, &args);
     if opt.crash_restart && opt.holder_socket.is_none() {
         return run_holder(&opt);
     }
@@ -123,6 +124,26 @@ fn main() -> ExitCode {
                 ServeError::Setup(_) => EXIT_SETUP,
                 ServeError::Connection(_) => EXIT_RUNTIME,
             })
+        }
+    }
+}
+
+/// A fresh start (the process its operator started: not a successor, not
+/// a crash-restart serving process) records its command line beside its
+/// control socket before anything is served or sandboxed, for live
+/// upgrades to take the successor's options from ([`record`]). Successors
+/// leave the first start's record as it is. A failure costs only that.
+fn record_first_start(opt: &Opt, args: &[String]) {
+    if opt.handover_from.is_some() || opt.holder_socket.is_some() {
+        return;
+    }
+    if let Some(path) = record::path_of(opt) {
+        if let Err(e) = record::write(&path, args) {
+            warn!(
+                "{}; a live upgrade checks the new daemon's options against the running \
+                 daemon's state alone",
+                error_chain(&e)
+            );
         }
     }
 }
