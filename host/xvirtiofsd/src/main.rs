@@ -214,6 +214,32 @@ fn status_command(args: &[String]) -> ExitCode {
     }
 }
 
+/// The new daemon's options against the record of the first start's
+/// ([`record::check_successor`]): false (after saying why) if they differ
+/// or the record cannot be read. Without a record the successor checks
+/// its options against the running daemon's state, which has no
+/// capabilities (--modcaps).
+fn successor_options_match(control: &std::path::Path, daemon_args: &[String]) -> bool {
+    match record::check_successor(control, daemon_args) {
+        Ok(Some(_)) => true,
+        Ok(None) => {
+            eprintln!(
+                "xvirtiofsd upgrade: note: no record of the first start's options ({}): the \
+                 new daemon checks its options against the running daemon's state only",
+                record::path_for(control).display()
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "xvirtiofsd upgrade: {}; nothing was started, the running daemon keeps serving",
+                error_chain(&e)
+            );
+            false
+        }
+    }
+}
+
 fn upgrade_command(args: &[String]) -> ExitCode {
     let o = match cli::UpgradeOpt::try_parse_from(args) {
         Ok(o) => o,
@@ -242,6 +268,9 @@ fn upgrade_command(args: &[String]) -> ExitCode {
             "xvirtiofsd upgrade: the daemon runs in a user namespace (--uid-map/--gid-map, or \
              not root): live upgrade is not supported there; it keeps serving"
         );
+        return ExitCode::from(EXIT_RUNTIME);
+    }
+    if !successor_options_match(&path, &o.daemon_args) {
         return ExitCode::from(EXIT_RUNTIME);
     }
     match upgrade::run_client(

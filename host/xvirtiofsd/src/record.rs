@@ -6,8 +6,10 @@
 //!
 //! A live upgrade takes the new daemon's options from here, never from
 //! `/proc/PID/cmdline` of the serving process, which that process (exposed
-//! to the guest) can rewrite (`vmm-config/xvfs-libvirt-upgrade` builds the
-//! successor's command line from it). Only a fresh start writes it; a
+//! to the guest) can rewrite: `xvirtiofsd upgrade` refuses a successor
+//! command line whose security settings differ from the record's
+//! ([`check_successor`]), and `vmm-config/xvfs-libvirt-upgrade` builds the
+//! successor's command line from it. Only a fresh start writes it; a
 //! successor or a crash-restart serving process leaves it as the first
 //! start wrote it.
 //!
@@ -18,6 +20,8 @@
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use clap::Parser;
 
 use crate::cli::Opt;
 use crate::control;
@@ -37,6 +41,15 @@ pub enum RecordError {
     Format(PathBuf, #[source] serde_json::Error),
     #[error("{0} is not to be trusted: {1}")]
     Untrusted(PathBuf, String),
+    #[error("the options recorded in {0} do not parse: {1}")]
+    Recorded(PathBuf, String),
+    #[error("the new daemon's options do not parse: {0}")]
+    Successor(String),
+    #[error(
+        "the new daemon's options differ from the first start's (recorded in {0}): {1}; \
+         give the same security options, or restart the daemon to change them"
+    )]
+    Differ(PathBuf, String),
 }
 
 /// The record beside the control socket `control`.
@@ -129,10 +142,47 @@ pub fn read(path: &Path) -> Result<Option<Vec<String>>, RecordError> {
     Ok(Some(argv))
 }
 
+/// `xvirtiofsd upgrade`'s check of the new daemon's options
+/// (`daemon_args`, as it will be started: `--handover-from CONTROL
+/// DAEMON-ARGS`) against the record beside `control`, with
+/// [`crate::trust::check_options`]. `Ok(None)`: there is no record (a daemon
+/// started by an older version, or with a record it could not write); the
+/// successor's own check against the state is then the only one.
+pub fn check_successor(
+    control: &Path,
+    daemon_args: &[String],
+) -> Result<Option<PathBuf>, RecordError> {
+    let path = path_for(control);
+    let Some(first) = read(&path)? else {
+        return Ok(None);
+    };
+    let first = parse(&first).map_err(|e| RecordError::Recorded(path.clone(), e))?;
+    let mut argv = vec![
+        "xvirtiofsd".to_string(),
+        "--handover-from".to_string(),
+        control.display().to_string(),
+    ];
+    argv.extend_from_slice(daemon_args);
+    let successor = parse(&argv).map_err(RecordError::Successor)?;
+    crate::trust::check_options(&first, &successor)
+        .map_err(|diffs| RecordError::Differ(path.clone(), diffs))?;
+    Ok(Some(path))
+}
+
+/// A command line as the daemon reads it, or clap's or the daemon's
+/// complaint on one line.
+fn parse(argv: &[String]) -> Result<Opt, String> {
+    let mut o = Opt::try_parse_from(argv).map_err(|e| {
+        let s = e.to_string();
+        s.lines().next().unwrap_or("").trim().to_string()
+    })?;
+    o.resolve().map_err(|e| e.to_string())?;
+    Ok(o)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
     use std::os::unix::fs::PermissionsExt;
 
     fn dir(name: &str) -> PathBuf {
@@ -180,6 +230,38 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&p, "{\"not\": \"a list\"}").unwrap();
         assert!(matches!(read(&p), Err(RecordError::Format(..))));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_successor_must_match_the_record() {
+        let d = dir("check");
+        let control = d.join("c.sock");
+        let first = ["xvirtiofsd", "--fd=3", "--shared-dir=/tmp", "--cache=auto"];
+        assert!(
+            check_successor(&control, &[]).unwrap().is_none(),
+            "no record"
+        );
+        write(&path_for(&control), &args(&first)).unwrap();
+        let same = args(&["--shared-dir=/tmp", "--cache=never", "--queues=2"]);
+        assert_eq!(
+            check_successor(&control, &same).unwrap(),
+            Some(path_for(&control))
+        );
+        // What an attacker wrote into the serving process's cmdline.
+        let forged = args(&[
+            "--shared-dir=/",
+            "--sandbox=none",
+            "--seccomp=none",
+            "--modcaps=+sys_admin",
+        ]);
+        let e = check_successor(&control, &forged).unwrap_err().to_string();
+        for what in ["--shared-dir", "--sandbox", "--seccomp", "--modcaps"] {
+            assert!(e.contains(what), "{what}: {e}");
+        }
+        assert!(!e.contains('\n'), "one line: {e}");
+        let e = check_successor(&control, &args(&["--bogus"])).unwrap_err();
+        assert!(matches!(e, RecordError::Successor(_)), "{e}");
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -15,10 +15,14 @@
 //! choose it.
 //!
 //! The capabilities (`--modcaps`) are not part of the state: the successor
-//! always takes them from its own command line.
+//! always takes them from its own command line, and `xvirtiofsd upgrade`
+//! compares that command line with the first start's (see
+//! [`check_options`] and [`crate::record`]).
 
 use serde_json::{Map, Value};
 use virtio_fs_ext::state::ConfigState;
+
+use crate::cli::Opt;
 
 /// The fields of [`ConfigState`] (by their serialized names) a successor
 /// takes from its predecessor's state, whatever its own command line says:
@@ -144,9 +148,48 @@ fn option_name(key: &str) -> String {
     }
 }
 
+/// `xvirtiofsd upgrade`'s check, before any successor is started: the
+/// successor's command line against the one the daemon was first started
+/// with (`first`, from [`crate::record`]). The same rule as
+/// [`check_settings`], plus the capabilities, which the state does not
+/// carry. The error names every difference.
+pub fn check_options(first: &Opt, successor: &Opt) -> Result<(), String> {
+    let state = |o: &Opt| {
+        let dir = o.shared_dir.clone().unwrap_or_default();
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        crate::settings::config_state(o, &dir)
+    };
+    let (_, diffs) = differences(&state(successor), &state(first))
+        .map_err(|e| format!("the settings cannot be compared: {e}"))?;
+    let mut diffs: Vec<String> = diffs
+        .iter()
+        .map(|d| {
+            format!(
+                "{} was {} at the first start, not {}",
+                d.name, d.theirs, d.mine
+            )
+        })
+        .collect();
+    let caps = |o: &Opt| crate::daemon::caps_mask(o).map_err(|e| crate::error_chain(&e));
+    let (mine, theirs) = (caps(successor)?, caps(first)?);
+    if mine != theirs {
+        diffs.push(format!(
+            "the capabilities (--modcaps) were {:?} at the first start, not {:?}",
+            crate::caps::names(theirs),
+            crate::caps::names(mine)
+        ));
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(diffs.join("; "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
     use virtio_fs_ext::config::{
         CacheMode, FileHandles, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode,
         SandboxMode, SeccompAction,
@@ -357,5 +400,51 @@ mod tests {
         }
         let e = check_settings(&cfg(), &other(), None, None).unwrap_err();
         assert_eq!(e.split("; ").count(), mine.len() - SERVING.len(), "{e}");
+    }
+
+    fn opt(args: &[&str]) -> Opt {
+        let mut o = Opt::try_parse_from(args).unwrap();
+        o.resolve().unwrap();
+        o
+    }
+
+    const FIRST: &[&str] = &[
+        "xvirtiofsd",
+        "--shared-dir=/tmp",
+        "--socket-path=/run/vfs.sock",
+        "--cache=auto",
+    ];
+
+    /// The successor's command line as `upgrade` starts it: [`FIRST`]'s
+    /// options, those named in `extra` replaced.
+    fn successor(extra: &[&str]) -> Opt {
+        let name = |a: &str| a.split('=').next().unwrap_or("").to_string();
+        let mut a = vec!["xvirtiofsd", "--handover-from", "/run/c.sock"];
+        a.extend(
+            FIRST[1..]
+                .iter()
+                .filter(|f| !extra.iter().any(|e| name(e) == name(f))),
+        );
+        a.extend_from_slice(extra);
+        opt(&a)
+    }
+
+    #[test]
+    fn upgrade_options_are_checked_with_the_capabilities() {
+        let first = opt(FIRST);
+        assert_eq!(check_options(&first, &successor(&[])), Ok(()));
+        assert_eq!(check_options(&first, &successor(&["--queues=4"])), Ok(()));
+        let e = check_options(&first, &successor(&["--modcaps=+sys_admin"])).unwrap_err();
+        assert!(e.contains("--modcaps") && e.contains("sys_admin"), "{e}");
+        let e = check_options(&first, &successor(&["--sandbox=none", "--seccomp=none"]));
+        let e = e.unwrap_err();
+        assert!(e.contains("--sandbox") && e.contains("--seccomp"), "{e}");
+        let e = check_options(&first, &successor(&["--shared-dir=/"])).unwrap_err();
+        assert!(
+            e.contains(r#"was "/tmp" at the first start, not "/""#),
+            "{e}"
+        );
+        let e = check_options(&first, &successor(&["-o", "security_label"])).unwrap_err();
+        assert!(e.contains("--security-label"), "{e}");
     }
 }
