@@ -259,6 +259,9 @@ fn upgrade_command(args: &[String]) -> ExitCode {
             }
         },
     };
+    if !successor_options_match(&path, &o.daemon_args) {
+        return ExitCode::from(EXIT_RUNTIME);
+    }
     let before = control::query_status(&path).ok();
     let summary = before
         .as_deref()
@@ -268,9 +271,6 @@ fn upgrade_command(args: &[String]) -> ExitCode {
             "xvirtiofsd upgrade: the daemon runs in a user namespace (--uid-map/--gid-map, or \
              not root): live upgrade is not supported there; it keeps serving"
         );
-        return ExitCode::from(EXIT_RUNTIME);
-    }
-    if !successor_options_match(&path, &o.daemon_args) {
         return ExitCode::from(EXIT_RUNTIME);
     }
     match upgrade::run_client(
