@@ -131,20 +131,15 @@ fn main() -> ExitCode {
 /// A fresh start (the process its operator started: not a successor, not
 /// a crash-restart serving process) records its command line beside its
 /// control socket before anything is served or sandboxed, for live
-/// upgrades to take the successor's options from ([`record`]). Successors
-/// leave the first start's record as it is. A failure costs only that.
+/// upgrades to take the successor's options from
+/// ([`record::record_fresh_start`]). A failure costs only that.
 fn record_first_start(opt: &Opt, args: &[String]) {
-    if opt.handover_from.is_some() || opt.holder_socket.is_some() {
-        return;
-    }
-    if let Some(path) = record::path_of(opt) {
-        if let Err(e) = record::write(&path, args) {
-            warn!(
-                "{}; a live upgrade checks the new daemon's options against the running \
-                 daemon's state alone",
-                error_chain(&e)
-            );
-        }
+    if let Err(e) = record::record_fresh_start(opt, args) {
+        warn!(
+            "{}; a live upgrade checks the new daemon's options against the running \
+             daemon's state alone",
+            error_chain(&e)
+        );
     }
 }
 

@@ -39,6 +39,8 @@ pub enum RecordError {
     Read(PathBuf, #[source] io::Error),
     #[error("{0} is not a record of options (a JSON array of strings)")]
     Format(PathBuf, #[source] serde_json::Error),
+    #[error("another daemon serves the control socket {0}: its record is left as it is")]
+    Serving(PathBuf),
     #[error("{0} is not to be trusted: {1}")]
     Untrusted(PathBuf, String),
     #[error("the options recorded in {0} do not parse: {1}")]
@@ -71,6 +73,29 @@ pub fn path_of(opt: &Opt) -> Option<PathBuf> {
         .clone()
         .unwrap_or_else(|| control::default_path(std::process::id()));
     Some(path_for(&control))
+}
+
+/// What a fresh start calls before it sandboxes itself or serves: records
+/// `argv` (its whole command line) beside its control socket. Nothing for
+/// a successor or a crash-restart serving process (they keep the first
+/// start's record), nor with `--no-control`; a control socket another
+/// daemon still serves keeps its record (this daemon will not get the
+/// socket).
+pub fn record_fresh_start(opt: &Opt, argv: &[String]) -> Result<(), RecordError> {
+    if opt.handover_from.is_some() || opt.holder_socket.is_some() {
+        return Ok(());
+    }
+    let Some(path) = path_of(opt) else {
+        return Ok(());
+    };
+    let control = opt
+        .control
+        .clone()
+        .unwrap_or_else(|| control::default_path(std::process::id()));
+    if std::os::unix::net::UnixStream::connect(&control).is_ok() {
+        return Err(RecordError::Serving(control));
+    }
+    write(&path, argv)
 }
 
 /// Records `argv` (the whole command line, program first) at `path`: a new
@@ -207,6 +232,30 @@ mod tests {
         let o = Opt::try_parse_from(["x", "--shared-dir=/"]).unwrap();
         let want = format!("/run/xvirtiofsd/{}.sock.args", std::process::id());
         assert_eq!(path_of(&o), Some(PathBuf::from(want)));
+    }
+
+    #[test]
+    fn only_a_fresh_start_records_and_never_over_a_live_socket() {
+        let d = dir("fresh");
+        let control = d.join("c.sock");
+        let c = control.display().to_string();
+        let argv = args(&["xvirtiofsd", "--shared-dir=/", "--fd=3", "--control", &c]);
+        let mut o = Opt::try_parse_from(&argv).unwrap();
+        o.handover_from = Some(control.clone());
+        record_fresh_start(&o, &argv).unwrap();
+        o.handover_from = None;
+        o.holder_socket = Some(3);
+        record_fresh_start(&o, &argv).unwrap();
+        assert!(!path_for(&control).exists(), "successors do not record");
+        o.holder_socket = None;
+        let live = std::os::unix::net::UnixListener::bind(&control).unwrap();
+        let e = record_fresh_start(&o, &argv).unwrap_err();
+        assert!(matches!(e, RecordError::Serving(_)), "{e}");
+        assert!(!path_for(&control).exists(), "not over a live socket");
+        drop(live);
+        record_fresh_start(&o, &argv).unwrap();
+        assert_eq!(read(&path_for(&control)).unwrap(), Some(argv));
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
