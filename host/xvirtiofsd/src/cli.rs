@@ -209,9 +209,10 @@ pub struct Opt {
     pub no_control: bool,
 
     /// Take over from the daemon behind this control socket (started by
-    /// `xvirtiofsd upgrade`). The shared directory, sandbox, seccomp,
-    /// readonly, xattr, metrics file and socket paths come from this command
-    /// line and must equal the running daemon's; the rest from its state.
+    /// `xvirtiofsd upgrade`). The settings come from this command line and
+    /// must equal the running daemon's, except the cache mode, direct I/O,
+    /// readdirplus, queues, polling and log level, which come from its
+    /// state (see trust.rs).
     #[arg(long, value_name = "PATH", hide = true, conflicts_with = "fd")]
     pub handover_from: Option<PathBuf>,
 
@@ -794,10 +795,12 @@ pub struct UpgradeOpt {
     /// Seconds to wait for the new daemon to confirm.
     #[arg(long, value_name = "S", default_value_t = 30)]
     pub timeout: u64,
-    /// The new daemon's options (after `--`): at least the running daemon's
-    /// --shared-dir, and its --socket-path, --sandbox, --seccomp, --readonly,
-    /// --xattr, --metrics-file, if given. The new daemon refuses to take over
-    /// unless these equal the running daemon's settings.
+    /// The new daemon's options (after `--`): the running daemon's, as
+    /// recorded at its first start in CONTROL.args. Only the cache mode,
+    /// direct I/O, readdirplus, queues, polling and log level may differ:
+    /// `upgrade` refuses other differences (--modcaps included) before it
+    /// starts anything, and the new daemon refuses to take over unless its
+    /// settings equal the running daemon's.
     #[arg(last = true, value_name = "DAEMON-OPTIONS")]
     pub daemon_args: Vec<String>,
 }

@@ -156,7 +156,10 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     crate::socket::bind(path, 0o600, None)
 }
 
-/// Removes sockets of daemons that are gone.
+/// Removes sockets of daemons that are gone, and the records of their
+/// first start's options (`PID.sock.args`, see [`crate::record`]) once
+/// nothing serves the socket and process PID is gone too (a daemon that
+/// has just written its record has not bound its socket yet).
 fn remove_stale(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -165,6 +168,19 @@ fn remove_stale(dir: &Path) {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "sock") && UnixStream::connect(&p).is_err() {
             let _ = std::fs::remove_file(&p);
+        }
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_suffix(".sock.args") else {
+            continue;
+        };
+        let gone = pid.parse::<u32>().is_ok_and(|n| !sys::process_running(n));
+        if gone && UnixStream::connect(dir.join(format!("{pid}.sock"))).is_err() {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }
@@ -337,5 +353,33 @@ mod tests {
         assert_eq!(status_pid(r#"{"pid":7}"#), Some(7));
         assert_eq!(status_pid(r#"{"version":"0.1.0"}"#), None);
         assert_eq!(status_pid(r#"{"pid":"x"}"#), None);
+    }
+
+    #[test]
+    fn records_go_with_their_daemon_and_socket() {
+        let dir = std::env::temp_dir().join(format!("xvfs-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let gone = 1 << 30; // above any pid_max
+        let me = std::process::id();
+        let live = UnixListener::bind(dir.join(format!("{gone}.sock"))).unwrap();
+        for name in [
+            format!("{gone}.sock.args"),
+            format!("{}.sock.args", gone + 1),
+            format!("{me}.sock.args"),
+            "data.control.args".to_string(),
+        ] {
+            std::fs::write(dir.join(name), "[]").unwrap();
+        }
+        remove_stale(&dir);
+        let exists = |n: String| dir.join(n).exists();
+        assert!(exists(format!("{gone}.sock.args")), "its socket is served");
+        assert!(!exists(format!("{}.sock.args", gone + 1)), "stale");
+        assert!(exists(format!("{me}.sock.args")), "its daemon runs");
+        assert!(exists("data.control.args".into()), "not named after a pid");
+        drop(live);
+        remove_stale(&dir);
+        assert!(!exists(format!("{gone}.sock.args")), "stale once unserved");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -26,6 +26,7 @@ pub mod metrics_file;
 pub mod migration;
 pub mod poll;
 pub mod queue;
+pub mod record;
 pub mod replay;
 pub mod sandbox;
 pub mod service_manager;

@@ -15,14 +15,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use log::error;
+use log::{error, warn};
 
 use xvirtiofsd::checkpoint::HolderLink;
 use xvirtiofsd::cli::{self, Opt};
 use xvirtiofsd::control;
 use xvirtiofsd::daemon::{self, Daemon, ServeError};
-use xvirtiofsd::upgrade;
 use xvirtiofsd::{error_chain, holder, logger, sandbox, sys};
+use xvirtiofsd::{record, upgrade};
 
 /// Exit status: a runtime error ended serving.
 const EXIT_RUNTIME: u8 = 1;
@@ -66,6 +66,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_SETUP);
         }
     }
+    record_first_start(&opt, &args);
     if opt.crash_restart && opt.holder_socket.is_none() {
         return run_holder(&opt);
     }
@@ -124,6 +125,21 @@ fn main() -> ExitCode {
                 ServeError::Connection(_) => EXIT_RUNTIME,
             })
         }
+    }
+}
+
+/// A fresh start (the process its operator started: not a successor, not
+/// a crash-restart serving process) records its command line beside its
+/// control socket before anything is served or sandboxed, for live
+/// upgrades to take the successor's options from
+/// ([`record::record_fresh_start`]). A failure costs only that.
+fn record_first_start(opt: &Opt, args: &[String]) {
+    if let Err(e) = record::record_fresh_start(opt, args) {
+        warn!(
+            "{}; a live upgrade checks the new daemon's options against the running \
+             daemon's state alone",
+            error_chain(&e)
+        );
     }
 }
 
@@ -193,6 +209,32 @@ fn status_command(args: &[String]) -> ExitCode {
     }
 }
 
+/// The new daemon's options against the record of the first start's
+/// ([`record::check_successor`]): false (after saying why) if they differ
+/// or the record cannot be read. Without a record the successor checks
+/// its options against the running daemon's state, which has no
+/// capabilities (--modcaps).
+fn successor_options_match(control: &std::path::Path, daemon_args: &[String]) -> bool {
+    match record::check_successor(control, daemon_args) {
+        Ok(Some(_)) => true,
+        Ok(None) => {
+            eprintln!(
+                "xvirtiofsd upgrade: note: no record of the first start's options ({}): the \
+                 new daemon checks its options against the running daemon's state only",
+                record::path_for(control).display()
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "xvirtiofsd upgrade: {}; nothing was started, the running daemon keeps serving",
+                error_chain(&e)
+            );
+            false
+        }
+    }
+}
+
 fn upgrade_command(args: &[String]) -> ExitCode {
     let o = match cli::UpgradeOpt::try_parse_from(args) {
         Ok(o) => o,
@@ -212,6 +254,9 @@ fn upgrade_command(args: &[String]) -> ExitCode {
             }
         },
     };
+    if !successor_options_match(&path, &o.daemon_args) {
+        return ExitCode::from(EXIT_RUNTIME);
+    }
     let before = control::query_status(&path).ok();
     let summary = before
         .as_deref()
