@@ -321,14 +321,14 @@ fn preload_proves_the_share_and_nothing_outside_it() {
     let mut preloaded = h.fs().preload_fds();
     assert_eq!(
         preloaded.len(),
-        3,
-        "one descriptor per inode the guest holds"
+        4,
+        "the root and one descriptor per inode the guest holds"
     );
     // A predecessor that slipped in a file outside, and one not O_PATH.
     preloaded.push(path_fd(&outside.join("secret")));
     preloaded.push(std::fs::File::open(h.dir.join("d/f")).unwrap().into());
     let mut dir = xvfs_fs::passthrough::SharedDir::open(&cfg.root_dir).unwrap();
-    assert_eq!(dir.preload(&cfg.root_dir, preloaded), 3);
+    assert_eq!(dir.preload(&cfg.root_dir, preloaded), 4);
 
     // The real state restores on the preloaded directory and serves.
     let snap = h.fs().snapshot();
@@ -405,4 +405,37 @@ fn opens_past_the_cap_get_emfile_and_the_tables_still_restore() {
     };
     let (e, _) = req(&restored, opcode::OPEN, f0.nodeid, &open.to_bytes());
     assert_eq!(e, libc::EMFILE, "the restored fs keeps the cap");
+}
+
+/// A deleted file has no path to prove: it is accepted only on a mount
+/// through which a file of the share was proven (the predecessor's mount
+/// of the share; a confined predecessor opens nothing elsewhere). With the
+/// guest holding nothing but an unlinked file, the predecessor's preload
+/// (which carries the share's root) proves that mount; without it the
+/// restore refuses rather than take the file on trust.
+#[test]
+fn a_deleted_file_is_accepted_only_on_a_proven_mount() {
+    let h = Harness::new();
+    std::fs::write(h.dir.join("gone"), b"deleted but open").unwrap();
+    h.lookup_ok(ROOT, "gone");
+    std::fs::remove_file(h.dir.join("gone")).unwrap();
+    let snap = h.fs().snapshot();
+    assert_eq!(snap.state.inodes.len(), 1);
+    let cfg = default_config(&h.dir.path);
+    let e = restore_fs(cfg.clone(), &snap.state, dup_fds(&snap))
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("no file of the share was proven"),
+        "{e}"
+    );
+
+    let mut dir = xvfs_fs::passthrough::SharedDir::open(&cfg.root_dir).unwrap();
+    let preload = h.fs().preload_fds();
+    assert!(
+        dir.preload(&cfg.root_dir, preload) >= 1,
+        "the root is proven"
+    );
+    let fs = PassthroughFs::restore(cfg, dir, &snap.state, dup_fds(&snap)).unwrap();
+    assert_eq!(fs.inode_count(), 2);
 }

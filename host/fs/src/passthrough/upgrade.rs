@@ -134,14 +134,21 @@ impl PassthroughFs {
     /// for the caller while requests go on: what a live upgrade's
     /// successor proves inside the share before the pause
     /// ([`SharedDir::preload`]).
+    /// The share's root comes first: it shows the successor the mount
+    /// this process serves the share through, on which alone a deleted
+    /// file it hands over can be ([`PassthroughFs::restore`]).
     pub fn preload_fds(&self) -> Vec<OwnedFd> {
-        self.inodes
-            .all()
-            .iter()
-            .filter_map(|i| match self.export_fd(i).ok()? {
-                InodeFd::Held(fd) => sys::dup(fd).ok(),
-                InodeFd::Opened(fd) => Some(fd),
-            })
+        let root = sys::dup(self.inodes.root_fd()).ok();
+        root.into_iter()
+            .chain(
+                self.inodes
+                    .all()
+                    .iter()
+                    .filter_map(|i| match self.export_fd(i).ok()? {
+                        InodeFd::Held(fd) => sys::dup(fd).ok(),
+                        InodeFd::Opened(fd) => Some(fd),
+                    }),
+            )
             .collect()
     }
 
@@ -202,6 +209,11 @@ impl PassthroughFs {
         let mut ids = HashSet::new();
         let mut keys = HashSet::new();
         keys.insert(self.inodes.root().key);
+        // The mounts of descriptors proven inside the share (the
+        // predecessor's sandbox mount of it), and the deleted files, which
+        // are accepted only on one of them (see `is_deleted_here`).
+        let mut mounts = HashSet::new();
+        let mut deleted = Vec::new();
         let types = [
             libc::S_IFREG,
             libc::S_IFDIR,
@@ -231,13 +243,42 @@ impl PassthroughFs {
             }
             // A file proven inside before the pause is still that file:
             // its preloaded descriptor keeps the inode number taken.
-            let proven = preloaded.contains_key(&(st.st_dev, st.st_ino));
-            if !proven && !self.is_inside(fd.as_fd(), &st) {
+            let proven = preloaded.contains_key(&(st.st_dev, st.st_ino))
+                || self.share_path(fd.as_fd(), &st).is_some();
+            if proven {
+                mounts.extend(sys::mount_of(fd.as_fd()).map(|m| m.0));
+            } else if self.is_deleted_here(fd.as_fd(), &st) {
+                deleted.push((i, fd));
+                continue;
+            } else {
                 return Err(bad(format!(
                     "node {}: descriptor is not inside the shared directory",
                     i.id
                 )));
             }
+            self.insert_inode(i, fd);
+        }
+        mounts.extend(
+            preloaded
+                .values()
+                .filter_map(|f| sys::mount_of(f.as_fd()).ok().map(|m| m.0)),
+        );
+        for (i, fd) in deleted {
+            let on = sys::mount_of(fd.as_fd()).map(|m| m.0);
+            if !on.is_ok_and(|m| mounts.contains(&m)) {
+                return Err(bad(format!(
+                    "node {}: a deleted file on a mount through which no file of the share was \
+                     proven",
+                    i.id
+                )));
+            }
+            self.insert_inode(i, fd);
+        }
+        Ok(())
+    }
+
+    fn insert_inode(&self, i: &InodeState, fd: OwnedFd) {
+        {
             let r = RestoredInode {
                 id: i.id,
                 fd,
@@ -249,7 +290,6 @@ impl PassthroughFs {
             self.inodes
                 .insert_restored(r, |fd, dev, t| self.hold_restored(fd, dev, t));
         }
-        Ok(())
     }
 
     fn restore_handles(&self, handles: &[HandleState], fds: &mut Fds) -> Result<(), Error> {
@@ -301,14 +341,13 @@ impl PassthroughFs {
         Ok(())
     }
 
-    /// Whether `fd` (stat `st`) names a file inside the shared directory
-    /// (see [`PassthroughFs::share_path`]). A deleted file (no links left)
-    /// has no path: it is accepted only on the shared directory's own device.
-    fn is_inside(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> bool {
-        let key = (st.st_dev, st.st_ino);
-        if key == self.inodes.root().key || self.share_path(fd, st).is_some() {
-            return true;
-        }
+    /// Whether `fd` (stat `st`) names a deleted file (no links left, so no
+    /// path to prove) on the shared directory's device. `restore_inodes`
+    /// accepts one only on a mount through which a file of the share was
+    /// proven: a predecessor confined in its sandbox opens files through
+    /// its mount of the share alone, so a descriptor it opened anywhere
+    /// else is not of the share.
+    fn is_deleted_here(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> bool {
         let deleted = sys::readlinkat(self.proc_self_fd.as_fd(), &sys::fd_name(fd.as_raw_fd()))
             .is_ok_and(|l| l.ends_with(b" (deleted)"));
         st.st_nlink == 0 && deleted && st.st_dev == self.inodes.root().key.0
