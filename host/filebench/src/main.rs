@@ -109,6 +109,7 @@ fn run(cli: &Cli) -> Result<(), (Error, Option<Box<Engine>>)> {
         drop_caches: cli.drop_caches,
         pre_run: cli.pre_run.clone(),
         shutdown_timeout: Duration::from_secs(cli.shutdown_timeout),
+        exact: false,
     };
     let mut engine = Engine::new(&name, vars, opts);
     let r = engine.execute(&script);

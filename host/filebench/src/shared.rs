@@ -1,70 +1,22 @@
 //! State the threads of a run share: the stop flag, why the run ended,
-//! semaphores, block/wakeup points, finish quotas and the event generator.
+//! semaphores ([`crate::sem`]), block/wakeup points, finish quotas and the
+//! event generator ([`crate::limit`]).
 //! Every wait here wakes up at least every [`TICK`] to look at the stop flag,
 //! so a run always ends within its run time plus a bounded shutdown.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::limit::EventGen;
+use crate::sem::SemPair;
 
 /// The longest any wait sleeps before it looks at the stop flag again.
 pub const TICK: Duration = Duration::from_millis(20);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A semaphore between `sempost` and `semblock`.
-#[derive(Debug, Default)]
-pub struct Sem {
-    value: Mutex<i64>,
-    cv: Condvar,
-}
-
-impl Sem {
-    /// Takes `n` units, waiting for them; false when the run stopped first.
-    pub fn block(&self, n: i64, stop: &AtomicBool) -> bool {
-        let mut v = lock(&self.value);
-        while *v < n {
-            if stop.load(Ordering::Relaxed) {
-                return false;
-            }
-            v = self
-                .cv
-                .wait_timeout(v, TICK)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        *v -= n;
-        self.cv.notify_all();
-        true
-    }
-
-    /// Adds `n` units; with `highwater`, first waits until the value is below
-    /// it. False when the run stopped first.
-    pub fn post(&self, n: i64, highwater: Option<i64>, stop: &AtomicBool) -> bool {
-        let mut v = lock(&self.value);
-        if let Some(hw) = highwater {
-            while *v >= hw {
-                if stop.load(Ordering::Relaxed) {
-                    return false;
-                }
-                v = self
-                    .cv
-                    .wait_timeout(v, TICK)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-        }
-        *v += n;
-        self.cv.notify_all();
-        true
-    }
-
-    pub fn value(&self) -> i64 {
-        *lock(&self.value)
-    }
 }
 
 /// A `block` flowop's wake-up point: `wakeup target=NAME` releases every
@@ -140,53 +92,6 @@ impl Quota {
     }
 }
 
-/// `eventgen rate=N`: N events per second from the start of the run,
-/// consumed by `eventlimit` (1 each), `iopslimit`/`opslimit` (1 per
-/// operation) and `bwlimit` (1 per byte).
-#[derive(Debug)]
-pub struct EventGen {
-    rate: f64,
-    start: Mutex<Instant>,
-    consumed: Mutex<f64>,
-}
-
-impl EventGen {
-    pub fn new(rate: f64) -> Self {
-        EventGen {
-            rate,
-            start: Mutex::new(Instant::now()),
-            consumed: Mutex::new(0.0),
-        }
-    }
-
-    pub fn restart(&self) {
-        *lock(&self.start) = Instant::now();
-        *lock(&self.consumed) = 0.0;
-    }
-
-    /// Waits until `n` events are available and takes them.
-    pub fn consume(&self, n: f64, stop: &AtomicBool) -> bool {
-        if n <= 0.0 {
-            return true;
-        }
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return false;
-            }
-            let start = *lock(&self.start);
-            let mut c = lock(&self.consumed);
-            let avail = start.elapsed().as_secs_f64() * self.rate - *c;
-            if avail >= n {
-                *c += n;
-                return true;
-            }
-            drop(c);
-            let wait = Duration::from_secs_f64(((n - avail) / self.rate).max(0.0001));
-            std::thread::sleep(wait.min(TICK));
-        }
-    }
-}
-
 /// Why a thread stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum End {
@@ -215,7 +120,8 @@ pub struct Shared {
     pub errors: Mutex<Vec<String>>,
     pub changed: Condvar,
     pub changed_lock: Mutex<()>,
-    pub sems: HashMap<String, Arc<Sem>>,
+    /// Every thread's pair of each named `semblock`.
+    pub sems: HashMap<String, Vec<Arc<SemPair>>>,
     pub wakepoints: HashMap<String, Arc<WakePoint>>,
     pub events: Option<Arc<EventGen>>,
 }
@@ -298,16 +204,5 @@ mod tests {
         assert_eq!(q.claim(4), 2);
         assert_eq!(q.claim(1), 0);
         assert!(q.exhausted());
-    }
-
-    #[test]
-    fn sem_block_gives_up_when_stopped() {
-        let s = Sem::default();
-        let stop = AtomicBool::new(true);
-        assert!(!s.block(1, &stop));
-        let go = AtomicBool::new(false);
-        assert!(s.post(2, None, &go));
-        assert!(s.block(2, &go));
-        assert_eq!(s.value(), 0);
     }
 }

@@ -221,8 +221,10 @@ run 1
     let posted = flowop_ops(&e, "post1");
     let taken = flowop_ops(&e, "sem1");
     assert!(taken > 100, "only {taken} hand-offs");
+    // Each post reaches both consumers (each with Filebench's default
+    // highwater of 1; a sempost's highwater does nothing).
     assert!(
-        taken <= posted && posted <= taken + 4 + 2,
+        taken <= 2 * posted && 2 * posted <= taken + 2 * 2,
         "posted {posted}, taken {taken}"
     );
     assert!(t0.elapsed() < Duration::from_secs(5));

@@ -136,14 +136,15 @@ impl Engine {
         if defs.is_empty() {
             return Err(self.err(1, "no process is defined"));
         }
+        let pacing = if self.opts.exact {
+            crate::limit::Pacing::Exact
+        } else {
+            crate::limit::Pacing::Filebench
+        };
         let events = match &self.eventgen {
             Some((line, e)) => {
                 let rate = self.vars.number(e).map_err(|m| self.err(*line, m))?;
-                if rate <= 0.0 {
-                    None
-                } else {
-                    Some(Arc::new(EventGen::new(rate)))
-                }
+                EventGen::new(rate, pacing).map(Arc::new)
             }
             None => None,
         };
@@ -158,10 +159,7 @@ impl Engine {
                         .unwrap_or_default();
                     match f.kind {
                         FlowopKind::SemBlock => {
-                            shared
-                                .sems
-                                .entry(name)
-                                .or_insert_with(|| Arc::new(Sem::default()));
+                            shared.sems.entry(name).or_default();
                         }
                         FlowopKind::Block => {
                             shared
@@ -218,6 +216,9 @@ impl Engine {
         for (pline, pattrs, threads) in &defs {
             let pname = self.attr_text(pattrs, "name", *pline)?.unwrap_or_default();
             let pinst = self.attr_num(pattrs, "instances", *pline)?.unwrap_or(1.0) as u64;
+            // One set of counts per process instance, shared by its threads.
+            let procs: Vec<(u64, Arc<ProcCounts>)> =
+                (0..pinst.max(1)).map(|p| (p, Arc::default())).collect();
             for t in threads {
                 let tname = self
                     .attr_text(&t.attrs, "name", t.line)?
@@ -255,13 +256,26 @@ impl Engine {
                     }
                     ops.push(op);
                 }
-                for p in 0..pinst.max(1) {
+                self.link_limit_targets(&mut ops)?;
+                for proc in &procs {
                     for i in 0..tinst.max(1) {
+                        let mut ops = ops.clone();
+                        // Every thread's semblock has a pair of its own.
+                        for op in ops.iter_mut().filter(|o| o.kind == FlowopKind::SemBlock) {
+                            let pair = Arc::new(SemPair::new(op.highwater.unwrap_or(1)));
+                            shared
+                                .sems
+                                .entry(op.name.clone())
+                                .or_default()
+                                .push(pair.clone());
+                            op.sem = Some(pair);
+                        }
                         plans.push(ThreadPlan {
                             file: self.file.clone(),
-                            label: format!("{pname}.{p}/{tname}.{i}"),
+                            label: format!("{pname}.{}/{tname}.{i}", proc.0),
                             memsize,
-                            ops: ops.clone(),
+                            ops,
+                            proc: proc.1.clone(),
                         });
                     }
                 }
@@ -273,7 +287,45 @@ impl Engine {
         for (line, what, why) in later_warnings {
             self.warn(line, what, why);
         }
+        // A sempost posts to every thread's semblock of its target.
+        for op in plans.iter_mut().flat_map(|p| p.ops.iter_mut()) {
+            if op.kind == FlowopKind::SemPost {
+                let pairs = op.target.as_ref().and_then(|t| shared.sems.get(t));
+                op.sem_targets = pairs.map(|v| Arc::from(v.clone()));
+            }
+        }
         Ok(plans)
+    }
+
+    /// Resolves the `target=` of the limit flowops of one thread: a flowop of
+    /// the same thread; `iopslimit` and `bwlimit` need one that reads or
+    /// writes (Filebench stops the run otherwise).
+    fn link_limit_targets(&self, ops: &mut [Op]) -> Result<(), Error> {
+        for k in 0..ops.len() {
+            let op = &ops[k];
+            let limit = matches!(
+                op.kind,
+                FlowopKind::IopsLimit | FlowopKind::OpsLimit | FlowopKind::BwLimit
+            );
+            let Some(t) = op.target.as_ref().filter(|_| limit) else {
+                continue;
+            };
+            let Some(j) = ops.iter().position(|o| &o.name == t) else {
+                return Err(self.err(
+                    op.line,
+                    format!("{}: no flowop named {t} in this thread", op.kind.name()),
+                ));
+            };
+            let io = ops[j].kind.is_read() || ops[j].kind.is_write();
+            if op.kind != FlowopKind::OpsLimit && !io {
+                return Err(self.err(
+                    op.line,
+                    format!("{}: flowop {t} does no reads or writes", op.kind.name()),
+                ));
+            }
+            ops[k].target_op = Some(j);
+        }
+        Ok(())
     }
 
     fn attr_text(&self, attrs: &Attrs, name: &str, _line: usize) -> Result<Option<String>, Error> {
@@ -433,21 +485,17 @@ impl Engine {
         let (indexed, indexed_dist) = self.maybe_random_attr(a, "indexed")?;
         let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
         let target = self.attr_text(a, "target", line)?;
-        let sem = match f.kind {
-            FlowopKind::SemBlock => shared.sems.get(&name).cloned(),
-            FlowopKind::SemPost => {
-                let t = target
-                    .clone()
-                    .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
-                Some(shared.sems.get(&t).cloned().ok_or_else(|| {
-                    self.err(
-                        line,
-                        format!("sempost {name}: no semblock flowop named {t}"),
-                    )
-                })?)
+        if f.kind == FlowopKind::SemPost {
+            let t = target
+                .clone()
+                .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
+            if !shared.sems.contains_key(&t) {
+                return Err(self.err(
+                    line,
+                    format!("sempost {name}: no semblock flowop named {t}"),
+                ));
             }
-            _ => None,
-        };
+        }
         let wake = match f.kind {
             FlowopKind::Block => shared.wakepoints.get(&name).cloned(),
             FlowopKind::Wakeup => {
@@ -505,7 +553,10 @@ impl Engine {
             blocking: self.attr_flag(a, "blocking")?,
             quota: quotas.get(&name).cloned(),
             finish,
-            sem,
+            target,
+            target_op: None,
+            sem: None,
+            sem_targets: None,
             wake,
             events: if is_limit { events.clone() } else { None },
         })

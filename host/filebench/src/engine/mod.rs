@@ -19,8 +19,10 @@ use crate::ast::*;
 use crate::error::Error;
 use crate::fileset::{Fileset, FilesetSpec};
 use crate::flowop::{Op, ThreadPlan, Worker};
+use crate::limit::{EventGen, ProcCounts};
 use crate::rng::Rng;
-use crate::shared::{End, EventGen, Quota, Sem, Shared, WakePoint};
+use crate::sem::SemPair;
+use crate::shared::{End, Quota, Shared, WakePoint};
 use crate::stats::{summarize, FlowopResult, OpStats, Summary};
 use crate::value::{Value, Vars};
 
@@ -49,6 +51,9 @@ pub struct Options {
     pub pre_run: Option<String>,
     /// How long stopping the threads of a run may take.
     pub shutdown_timeout: Duration,
+    /// Exact figures instead of Filebench's artefacts: the event generator
+    /// posts every event on time (not in batches of ten).
+    pub exact: bool,
 }
 
 impl Default for Options {
@@ -59,6 +64,7 @@ impl Default for Options {
             drop_caches: false,
             pre_run: None,
             shutdown_timeout: Duration::from_secs(30),
+            exact: false,
         }
     }
 }
