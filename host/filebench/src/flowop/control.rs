@@ -21,12 +21,17 @@ impl Worker {
         Ok(0)
     }
 
+    /// `hog value=N`: N one-byte stores to the thread's memory, as
+    /// Filebench's loop (about one CPU cycle each).
     pub(super) fn hog(&mut self, i: usize) -> Res {
-        let mut x = 0u64;
-        for k in 0..self.plan.ops[i].value as u64 {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(k));
+        let n = self.plan.ops[i].value.max(0.0) as u64;
+        let p = self.buf.as_mut_ptr();
+        for _ in 0..n {
+            // SAFETY: `p` points to the first byte of `self.buf`, which is
+            // never empty (it is at least one page) and is not otherwise
+            // borrowed while the loop runs.
+            unsafe { std::ptr::write_volatile(p, 1) };
         }
-        std::hint::black_box(x);
         Ok(0)
     }
 
