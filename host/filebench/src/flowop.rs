@@ -6,9 +6,11 @@
 //!   the thread; a flowop without `fd` has a slot of its own. A read/write
 //!   flowop on an empty slot opens a file of its fileset and keeps it open;
 //!   `opennext` closes it and opens the next one every time.
-//! - Sequential reads continue where the last one stopped and start over at
-//!   the end of the file (or of `workingset`); sequential writes continue
-//!   likewise and wrap only at `workingset`. Random I/O is aligned to
+//! - Sequential reads continue where the last one stopped; at the end of
+//!   the file one read gets 0 bytes (an operation all the same, as in
+//!   Filebench) and the next starts over (at the end of `workingset` they
+//!   start over at once); sequential writes continue likewise and wrap only
+//!   at `workingset`. Random I/O is aligned to
 //!   `iosize` within `workingset` (default: the file's size).
 //! - `readwholefile` / `writewholefile` count one operation per file,
 //!   `iters=N` repeats a flowop N times (N operations).
@@ -453,9 +455,6 @@ impl Worker {
             return self.rng.below(blocks) * n;
         }
         if op.workingset > 0 && slot.offset + n > op.workingset {
-            return 0;
-        }
-        if op.kind == FlowopKind::Read && slot.offset >= slot.size && slot.size > 0 {
             return 0;
         }
         slot.offset

@@ -87,6 +87,11 @@ impl Quota {
         }
     }
 
+    /// Returns `n` units claimed and not used (a read that got less).
+    pub fn give_back(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
     pub fn exhausted(&self) -> bool {
         self.used.load(Ordering::Relaxed) >= self.limit
     }

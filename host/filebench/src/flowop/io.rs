@@ -67,21 +67,23 @@ impl Worker {
         Ok(n as u64)
     }
 
+    /// `read`: random, or sequential from where the last one stopped; as
+    /// Filebench's, a sequential read at the end of the file reads nothing,
+    /// counts as an operation of 0 bytes and starts the file over.
     pub(super) fn read(&mut self, i: usize) -> Res {
         let key = self.ensure_slot(i)?;
         let want = self.io_size(i);
         let n = self.claim(i, want)? as usize;
         let off = self.next_offset(i, key, n as u64);
-        let mut got = self.read_at(i, key, n, off)?;
-        if got == 0 && off > 0 && !self.plan.ops[i].random {
-            got = self.read_at(i, key, n, 0)?;
-            if let Some(s) = self.slots.get_mut(&key) {
-                s.offset = got as u64;
-            }
-        } else if let Some(s) = self.slots.get_mut(&key) {
-            s.offset = off + got as u64;
+        let got = self.read_at(i, key, n, off)? as u64;
+        if let Some((q, true)) = &self.plan.ops[i].quota {
+            q.give_back(n as u64 - got);
         }
-        Ok(got as u64)
+        let random = self.plan.ops[i].random;
+        if let Some(s) = self.slots.get_mut(&key) {
+            s.offset = if got == 0 && !random { 0 } else { off + got };
+        }
+        Ok(got)
     }
 
     pub(super) fn write(&mut self, i: usize) -> Res {
