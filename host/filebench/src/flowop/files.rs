@@ -6,6 +6,7 @@ use std::fs;
 use super::{Res, Slot, Worker};
 use crate::ast::FlowopKind;
 use crate::fileset::Want;
+use crate::shared::End;
 
 impl Worker {
     pub(super) fn create_file(&mut self, i: usize) -> Res {
@@ -76,29 +77,43 @@ impl Worker {
         Ok(0)
     }
 
-    /// `deletefile fd=N` without a fileset: unlinks the file open in slot N,
-    /// or the one last opened there.
+    /// `deletefile fd=N` without a fileset: unlinks the file open in slot N
+    /// (this thread holds it), or the one last opened there, once no other
+    /// thread holds it (Filebench waits likewise); then slot N names no file.
     fn delete_by_fd(&mut self, i: usize) -> Res {
         let key = self.plan.ops[i].fd;
-        let (fsi, entry) = match self.slots.get(&key) {
-            Some(s) => (s.fileset, s.entry),
-            None => *self
-                .last_file
-                .get(&key)
-                .ok_or_else(|| self.fail(i, "deletefile", format!("fd {key} was never opened")))?,
+        let (fsi, entry, held) = match self.slots.get(&key) {
+            Some(s) => (s.fileset, s.entry, true),
+            None => match self.last_file.get(&key) {
+                Some(&(f, e)) => (f, e, false),
+                None => return Err(self.fail(i, "deletefile", format!("fd {key} names no file"))),
+            },
         };
         let Some(fs) = self.filesets.get(fsi).cloned() else {
             return Err(self.fail(i, "deletefile", "no such fileset"));
         };
+        if !held && !fs.take_entry_wait(entry, &self.shared.stop) {
+            return Err(End::Stopped);
+        }
+        self.last_file.remove(&key);
         let path = &fs.files[entry].path;
-        match fs::remove_file(path) {
-            Ok(()) => {
-                fs.set_file_exists(entry, false);
-                Ok(0)
-            }
+        let r = fs::remove_file(path);
+        let gone = match &r {
+            Ok(()) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        if gone {
+            fs.set_file_exists(entry, false);
+        }
+        if !held {
+            fs.release_file(entry);
+        }
+        match r {
             // Already gone (another thread deleted it): nothing to do.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(self.fail(i, &format!("unlink {}", path.display()), e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(self.fail(i, &format!("unlink {}", path.display()), e))
+            }
+            _ => Ok(0),
         }
     }
 
