@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::ast::QuitMode;
 use crate::limit::EventGen;
 use crate::sem::SemPair;
 
@@ -120,8 +121,10 @@ pub struct Shared {
     pub live: AtomicUsize,
     /// Threads that ended with `Done`.
     pub done: AtomicUsize,
-    /// First reason that ends the whole run (out of resources, error).
+    /// First reason that ends the whole run (an error).
     pub abort: Mutex<Option<End>>,
+    /// The first "out of resources" of a thread (it is done).
+    pub norsc: Mutex<Option<String>>,
     pub errors: Mutex<Vec<String>>,
     pub changed: Condvar,
     pub changed_lock: Mutex<()>,
@@ -166,10 +169,12 @@ impl Shared {
             End::Done => {
                 self.done.fetch_add(1, Ordering::AcqRel);
             }
-            End::NoResource(_) | End::Error(_) => {
-                if let End::Error(e) = end {
-                    lock(&self.errors).push(e.clone());
-                }
+            End::NoResource(m) => {
+                lock(&self.norsc).get_or_insert_with(|| m.clone());
+                self.done.fetch_add(1, Ordering::AcqRel);
+            }
+            End::Error(e) => {
+                lock(&self.errors).push(e.clone());
                 let mut a = lock(&self.abort);
                 if a.is_none() {
                     *a = Some(end.clone());
@@ -184,6 +189,29 @@ impl Shared {
 
     pub fn abort_reason(&self) -> Option<End> {
         lock(&self.abort).clone()
+    }
+
+    /// Why the run ends by itself now, if it does (Filebench's rules: an
+    /// error ends it; a thread done, by a finish condition or out of files,
+    /// ends it unless the quit mode is `alldone`; no thread left ends it).
+    pub fn end_reason(&self, mode: QuitMode) -> Option<String> {
+        if self.abort_reason().is_some() {
+            return Some("error".into());
+        }
+        let live = self.live.load(Ordering::Acquire);
+        let done = self.done.load(Ordering::Acquire);
+        if live > 0 && (done == 0 || mode == QuitMode::AllDone) {
+            return None;
+        }
+        let norsc = lock(&self.norsc).clone();
+        Some(match (mode, norsc) {
+            (QuitMode::AllDone, _) => "alldone".into(),
+            (QuitMode::FirstDone, Some(m)) => format!("firstdone ({m})"),
+            (QuitMode::FirstDone, None) => "firstdone".into(),
+            (QuitMode::Timeout, Some(m)) => format!("out of resources: {m}"),
+            (QuitMode::Timeout, None) if live == 0 => "alldone".into(),
+            (QuitMode::Timeout, None) => "done".into(),
+        })
     }
 
     pub fn errors(&self) -> Vec<String> {

@@ -22,11 +22,12 @@ use crate::flowop::{Op, ThreadPlan, Worker};
 use crate::limit::{EventGen, ProcCounts};
 use crate::rng::Rng;
 use crate::sem::SemPair;
-use crate::shared::{End, Quota, Shared, WakePoint};
+use crate::shared::{Quota, Shared, WakePoint};
 use crate::stats::{summarize, FlowopResult, OpStats, Summary};
 use crate::value::{Value, Vars};
 
 mod compile;
+mod run;
 
 /// Defaults of attributes a workload may leave out.
 pub const DEFAULT_RUNTIME_S: f64 = 60.0;
@@ -51,8 +52,9 @@ pub struct Options {
     pub pre_run: Option<String>,
     /// How long stopping the threads of a run may take.
     pub shutdown_timeout: Duration,
-    /// Exact figures instead of Filebench's artefacts: the event generator
-    /// posts every event on time (not in batches of ten).
+    /// Exact figures instead of Filebench's artefacts: a run that ends
+    /// itself is divided by the time it took (not by whole seconds), and
+    /// the event generator posts every event on time (not in batches).
     pub exact: bool,
 }
 
@@ -73,7 +75,11 @@ impl Default for Options {
 #[derive(Debug, Clone)]
 pub struct RunResult {
     pub line: usize,
+    /// The seconds the figures are divided by (Filebench's count; see
+    /// `counted_seconds` in engine/run.rs).
     pub elapsed_s: f64,
+    /// The seconds the run took.
+    pub took_s: f64,
     pub threads: usize,
     /// Why it ended: "timeout", "firstdone", "alldone", "out of resources: …",
     /// "error", "snap".
@@ -211,15 +217,15 @@ impl Engine {
                 }
                 StmtKind::Run(rt) => {
                     let secs = match rt {
-                        Some(e) => self.vars.number(e).map_err(ev)?,
-                        None => DEFAULT_RUNTIME_S,
+                        Some(e) => Some(self.vars.number(e).map_err(ev)?),
+                        None => self.default_runtime(),
                     };
                     self.run(line, secs, None)?;
                 }
                 StmtKind::Psrun { interval, runtime } => {
                     let secs = match runtime {
-                        Some(e) => self.vars.number(e).map_err(ev)?,
-                        None => DEFAULT_RUNTIME_S,
+                        Some(e) => Some(self.vars.number(e).map_err(ev)?),
+                        None => self.default_runtime(),
                     };
                     let iv = match interval {
                         Some(e) => self.vars.number(e).map_err(ev)?,
@@ -343,9 +349,7 @@ impl Engine {
         while Instant::now() < until {
             match &self.running {
                 Some(r) => {
-                    if r.shared.abort_reason().is_some()
-                        || r.shared.live.load(Ordering::Acquire) == 0
-                    {
+                    if r.shared.end_reason(self.mode).is_some() {
                         break;
                     }
                     r.shared.wait_change(until - Instant::now());
@@ -430,6 +434,7 @@ impl Engine {
             return RunResult {
                 line,
                 elapsed_s: 0.0,
+                took_s: 0.0,
                 threads: 0,
                 end,
                 error: None,
@@ -461,6 +466,7 @@ impl Engine {
         RunResult {
             line,
             elapsed_s,
+            took_s: r.clear_at.elapsed().as_secs_f64(),
             threads: r.threads.len(),
             end,
             error: if errors.is_empty() {
@@ -486,123 +492,6 @@ impl Engine {
             }
         }
         self.say(r.summary.line());
-    }
-
-    fn run(&mut self, line: usize, secs: f64, interval: Option<f64>) -> Result<(), Error> {
-        if self.running.is_some() {
-            return Err(self.err(
-                line,
-                "run: processes are already running (shutdown processes first)",
-            ));
-        }
-        self.create_filesets(line)?;
-        if self.opts.drop_caches {
-            crate::sys::drop_caches()
-                .map_err(|e| self.err(line, format!("dropping caches: {e}")))?;
-            self.say("Dropped the kernel caches");
-        }
-        if let Some(cmd) = self.opts.pre_run.clone() {
-            let st = std::process::Command::new("/bin/sh")
-                .arg("-c")
-                .arg(&cmd)
-                .status()
-                .map_err(|e| self.err(line, format!("pre-run command: {e}")))?;
-            if !st.success() {
-                return Err(self.err(line, format!("pre-run command '{cmd}' failed: {st}")));
-            }
-        }
-        self.start_processes(line)?;
-        self.say(format!("Running for {secs} seconds..."));
-        let (shared, t0) = {
-            let r = self
-                .running
-                .as_mut()
-                .ok_or_else(|| Error::run(&self.file, line, "no processes"))?;
-            for t in &r.threads {
-                for s in lock(&t.stats).iter_mut() {
-                    *s = OpStats::default();
-                }
-            }
-            r.cpu_at = crate::sys::cpu_times();
-            r.clear_at = Instant::now();
-            r.shared.start();
-            (r.shared.clone(), r.clear_at)
-        };
-        let deadline = t0 + Duration::from_secs_f64(secs.max(0.0));
-        let mut next_progress = interval.map(|i| t0 + Duration::from_secs_f64(i));
-        let end = loop {
-            if let Some(a) = shared.abort_reason() {
-                break match a {
-                    End::NoResource(m) => format!("out of resources: {m}"),
-                    End::Error(_) => "error".to_string(),
-                    _ => "aborted".to_string(),
-                };
-            }
-            let live = shared.live.load(Ordering::Acquire);
-            let done = shared.done.load(Ordering::Acquire);
-            if live == 0 {
-                break "alldone".to_string();
-            }
-            if self.mode == QuitMode::FirstDone && done > 0 {
-                break "firstdone".to_string();
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break "timeout".to_string();
-            }
-            if let Some(p) = next_progress {
-                if now >= p {
-                    let snap = self.snapshot(line, String::new(), None);
-                    self.say(format!(
-                        "{:.0} s: {} ops, {:.1} ops/s",
-                        now.duration_since(t0).as_secs_f64(),
-                        snap.summary.ops,
-                        snap.summary.ops_per_s
-                    ));
-                    next_progress = interval.map(|i| p + Duration::from_secs_f64(i));
-                }
-            }
-            shared.wait_change(deadline - now);
-        };
-        let elapsed = t0.elapsed().as_secs_f64();
-        shared.stop.store(true, Ordering::Release);
-        let stopped = self.join(line);
-        let result = self.snapshot(line, end.clone(), Some(elapsed));
-        self.say(format!("Run took {elapsed:.3} seconds ({end})"));
-        self.report(&result);
-        let error = result.error.clone();
-        self.runs.push(result);
-        self.running = None;
-        self.say("Shutting down processes");
-        stopped?;
-        match error {
-            Some(e) => Err(self.err(line, format!("the run failed: {e}"))),
-            None => Ok(()),
-        }
-    }
-
-    /// Waits for the threads of the running processes to end (bounded).
-    fn join(&mut self, line: usize) -> Result<(), Error> {
-        let Some(r) = self.running.as_mut() else {
-            return Ok(());
-        };
-        let deadline = Instant::now() + self.opts.shutdown_timeout;
-        while r.shared.live.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-            r.shared.wait_change(deadline - Instant::now());
-        }
-        let left = r.shared.live.load(Ordering::Acquire);
-        if left > 0 {
-            let t = self.opts.shutdown_timeout.as_secs_f64();
-            return Err(Error::run(
-                &self.file,
-                line,
-                format!("{left} threads did not stop within {t:.0} s"),
-            ));
-        }
-        for h in r.handles.drain(..) {
-            let _ = h.join();
-        }
-        Ok(())
     }
 
     fn stop_processes(&mut self, line: usize) -> Result<(), Error> {
