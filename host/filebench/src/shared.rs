@@ -2,7 +2,8 @@
 //! semaphores ([`crate::sem`]), block/wakeup points, finish quotas and the
 //! event generator ([`crate::limit`]).
 //! Every wait here wakes up at least every [`TICK`] to look at the stop flag,
-//! so a run always ends within its run time plus a bounded shutdown.
+//! so a run always ends within its run time (if it has one) plus a bounded
+//! shutdown.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

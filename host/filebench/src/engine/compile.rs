@@ -4,6 +4,28 @@
 
 use super::*;
 
+/// A flowop's wake point (block, wakeup) and finish quota.
+type Links = (Option<Arc<WakePoint>>, Option<Arc<Quota>>);
+
+/// Finish quotas by target flowop name: (quota, counts bytes).
+type Quotas = HashMap<String, (Arc<Quota>, bool)>;
+
+/// One thread instance's copy of its flowops: every thread's semblock gets
+/// a semaphore pair of its own (registered by name in `shared`).
+fn instance_ops(ops: &[Op], shared: &mut Shared) -> Vec<Op> {
+    let mut ops = ops.to_vec();
+    for op in ops.iter_mut().filter(|o| o.kind == FlowopKind::SemBlock) {
+        let pair = Arc::new(SemPair::new(op.highwater.unwrap_or(1)));
+        shared
+            .sems
+            .entry(op.name.clone())
+            .or_default()
+            .push(pair.clone());
+        op.sem = Some(pair);
+    }
+    ops
+}
+
 /// What differs for a thread's `memsize=`.
 const MEMSIZE_DIFF: &str =
     "each thread's I/O buffer is its largest iosize, not memsize (no memory is reserved)";
@@ -149,68 +171,7 @@ impl Engine {
             None => None,
         };
         shared.events = events.clone();
-        // Pass 1: named semaphores, wake points and finish quotas.
-        let mut quotas: HashMap<String, (Arc<Quota>, bool)> = HashMap::new();
-        for (_, _, threads) in &defs {
-            for t in threads {
-                for (k, f) in t.flowops.iter().enumerate() {
-                    let name = self
-                        .attr_text(&f.attrs, "name", f.line)?
-                        .unwrap_or_default();
-                    match f.kind {
-                        FlowopKind::SemBlock => {
-                            shared.sems.entry(name).or_default();
-                        }
-                        FlowopKind::Block => {
-                            shared
-                                .wakepoints
-                                .entry(name)
-                                .or_insert_with(|| Arc::new(WakePoint::default()));
-                        }
-                        FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
-                            let value =
-                                self.attr_num(&f.attrs, "value", f.line)?.ok_or_else(|| {
-                                    self.err(f.line, format!("{} needs value=…", f.kind.name()))
-                                })?;
-                            let target = match self.attr_text(&f.attrs, "target", f.line)? {
-                                Some(t) => t,
-                                None => self
-                                    .attr_text(&t.flowops[0].attrs, "name", f.line)?
-                                    .unwrap_or_default(),
-                            };
-                            if !t.flowops[..k].iter().chain(&t.flowops[k + 1..]).any(|o| {
-                                self.attr_text(&o.attrs, "name", o.line)
-                                    .ok()
-                                    .flatten()
-                                    .as_deref()
-                                    == Some(&target)
-                            }) {
-                                return Err(self.err(
-                                    f.line,
-                                    format!(
-                                        "{}: no flowop named {target} in this thread",
-                                        f.kind.name()
-                                    ),
-                                ));
-                            }
-                            if quotas.contains_key(&target) {
-                                return Err(self.err(
-                                    f.line,
-                                    format!("flowop {target} already has a finish condition"),
-                                ));
-                            }
-                            let bytes = f.kind == FlowopKind::FinishOnBytes;
-                            quotas.insert(
-                                target,
-                                (Arc::new(Quota::new(value.round() as u64)), bytes),
-                            );
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        // Pass 2: the thread plans.
+        let quotas = self.link_names(&defs, shared)?;
         let mut plans = Vec::new();
         let mut later_warnings: Vec<(usize, &str, &str)> = Vec::new();
         for (pline, pattrs, threads) in &defs {
@@ -224,6 +185,9 @@ impl Engine {
                     .attr_text(&t.attrs, "name", t.line)?
                     .unwrap_or_default();
                 let tinst = self.attr_num(&t.attrs, "instances", t.line)?.unwrap_or(1.0) as u64;
+                if pinst == 0 || tinst == 0 {
+                    return Err(self.err(t.line, "instances must be at least 1"));
+                }
                 let memsize = self
                     .attr_num(&t.attrs, "memsize", t.line)?
                     .map(|m| m as u64)
@@ -234,53 +198,17 @@ impl Engine {
                 if let Some(a) = t.attrs.get("useism") {
                     later_warnings.push((a.line, "useism", USEISM_DIFF));
                 }
-                let mut ops = Vec::new();
-                let mut open: Vec<usize> = Vec::new();
-                for f in &t.flowops {
-                    let mut op = self.compile_op(f, &t.flowops, shared, &quotas, &events)?;
-                    match f.kind {
-                        FlowopKind::Composite => {
-                            open.push(ops.len());
-                            // The passes belong to the end marker.
-                            op.repeat = Some((ops.len(), op.iters));
-                            op.iters = 1;
-                        }
-                        FlowopKind::CompositeEnd => {
-                            let begin = open.pop().ok_or_else(|| {
-                                self.err(f.line, "composite flowop end without a start")
-                            })?;
-                            let start: &mut Op = &mut ops[begin];
-                            op.repeat = start.repeat.take().map(|(_, n)| (begin, n));
-                        }
-                        _ => {}
-                    }
-                    ops.push(op);
-                }
-                self.link_limit_targets(&mut ops)?;
-                for proc in &procs {
-                    for i in 0..tinst.max(1) {
-                        let mut ops = ops.clone();
-                        // Every thread's semblock has a pair of its own.
-                        for op in ops.iter_mut().filter(|o| o.kind == FlowopKind::SemBlock) {
-                            let pair = Arc::new(SemPair::new(op.highwater.unwrap_or(1)));
-                            shared
-                                .sems
-                                .entry(op.name.clone())
-                                .or_default()
-                                .push(pair.clone());
-                            op.sem = Some(pair);
-                        }
+                let ops = self.thread_ops(t, shared, &quotas, &events)?;
+                for (p, proc) in &procs {
+                    for i in 0..tinst {
                         plans.push(ThreadPlan {
                             file: self.file.clone(),
-                            label: format!("{pname}.{}/{tname}.{i}", proc.0),
+                            label: format!("{pname}.{p}/{tname}.{i}"),
                             memsize,
-                            ops,
-                            proc: proc.1.clone(),
+                            ops: instance_ops(&ops, shared),
+                            proc: proc.clone(),
                         });
                     }
-                }
-                if pinst == 0 || tinst == 0 {
-                    return Err(self.err(t.line, "instances must be at least 1"));
                 }
             }
         }
@@ -295,6 +223,110 @@ impl Engine {
             }
         }
         Ok(plans)
+    }
+
+    /// Pass 1 over every thread: the names of semblocks and block flowops,
+    /// and the finish quotas by target flowop.
+    fn link_names(
+        &self,
+        defs: &[(usize, Attrs, Vec<ThreadDef>)],
+        shared: &mut Shared,
+    ) -> Result<Quotas, Error> {
+        let mut quotas = Quotas::new();
+        for t in defs.iter().flat_map(|(_, _, threads)| threads) {
+            for (k, f) in t.flowops.iter().enumerate() {
+                let name = self
+                    .attr_text(&f.attrs, "name", f.line)?
+                    .unwrap_or_default();
+                match f.kind {
+                    FlowopKind::SemBlock => {
+                        shared.sems.entry(name).or_default();
+                    }
+                    FlowopKind::Block => {
+                        shared
+                            .wakepoints
+                            .entry(name)
+                            .or_insert_with(|| Arc::new(WakePoint::default()));
+                    }
+                    FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
+                        self.finish_quota(t, k, &mut quotas)?;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(quotas)
+    }
+
+    /// The quota of finish flowop `k` of thread `t`, by its target.
+    fn finish_quota(&self, t: &ThreadDef, k: usize, quotas: &mut Quotas) -> Result<(), Error> {
+        let f = &t.flowops[k];
+        let value = self
+            .attr_num(&f.attrs, "value", f.line)?
+            .ok_or_else(|| self.err(f.line, format!("{} needs value=…", f.kind.name())))?;
+        let target = match self.attr_text(&f.attrs, "target", f.line)? {
+            Some(t) => t,
+            None => self
+                .attr_text(&t.flowops[0].attrs, "name", f.line)?
+                .unwrap_or_default(),
+        };
+        let named = |o: &FlowopDef| {
+            self.attr_text(&o.attrs, "name", o.line)
+                .ok()
+                .flatten()
+                .as_deref()
+                == Some(&target)
+        };
+        if !t.flowops[..k].iter().chain(&t.flowops[k + 1..]).any(named) {
+            return Err(self.err(
+                f.line,
+                format!("{}: no flowop named {target} in this thread", f.kind.name()),
+            ));
+        }
+        if quotas.contains_key(&target) {
+            return Err(self.err(
+                f.line,
+                format!("flowop {target} already has a finish condition"),
+            ));
+        }
+        let bytes = f.kind == FlowopKind::FinishOnBytes;
+        quotas.insert(target, (Arc::new(Quota::new(value.round() as u64)), bytes));
+        Ok(())
+    }
+
+    /// The compiled flowops of one thread definition (composites linked,
+    /// limit targets resolved).
+    fn thread_ops(
+        &self,
+        t: &ThreadDef,
+        shared: &Shared,
+        quotas: &Quotas,
+        events: &Option<Arc<EventGen>>,
+    ) -> Result<Vec<Op>, Error> {
+        let mut ops: Vec<Op> = Vec::new();
+        let mut open: Vec<usize> = Vec::new();
+        for f in &t.flowops {
+            let mut op = self.compile_op(f, &t.flowops, shared, quotas, events)?;
+            match f.kind {
+                FlowopKind::Composite => {
+                    open.push(ops.len());
+                    // The passes belong to the end marker.
+                    op.repeat = Some((ops.len(), op.iters));
+                    op.iters = 1;
+                }
+                FlowopKind::CompositeEnd => {
+                    let begin = open
+                        .pop()
+                        .ok_or_else(|| self.err(f.line, "composite flowop end without a start"))?;
+                    let start: &mut Op = &mut ops[begin];
+                    op.repeat = start.repeat.take().map(|(_, n)| (begin, n));
+                }
+                _ => {}
+            }
+            ops.push(op);
+        }
+        self.link_limit_targets(&mut ops)?;
+        Ok(ops)
     }
 
     /// Resolves the `target=` of the limit flowops of one thread: a flowop of
@@ -431,47 +463,13 @@ impl Engine {
         f: &FlowopDef,
         all: &[FlowopDef],
         shared: &Shared,
-        quotas: &HashMap<String, (Arc<Quota>, bool)>,
+        quotas: &Quotas,
         events: &Option<Arc<EventGen>>,
     ) -> Result<Op, Error> {
         let a = &f.attrs;
         let line = f.line;
         let name = self.attr_text(a, "name", line)?.unwrap_or_default();
-        let fsname = match self.attr_text(a, "filesetname", line)? {
-            Some(n) => Some(n),
-            None => self.attr_text(a, "filename", line)?,
-        };
-        let fileset = match &fsname {
-            Some(n) => Some(
-                self.filesets
-                    .iter()
-                    .position(|f| &f.spec.name == n)
-                    .ok_or_else(|| {
-                        self.err(line, format!("flowop {name}: no fileset or file named {n}"))
-                    })?,
-            ),
-            None => None,
-        };
-        let fd = self.attr_num(a, "fd", line)?.map(|v| v as usize);
-        let needs_file = matches!(
-            f.kind,
-            FlowopKind::CreateFile
-                | FlowopKind::OpenFile
-                | FlowopKind::DeleteFile
-                | FlowopKind::StatFile
-                | FlowopKind::Mkdir
-                | FlowopKind::Rmdir
-                | FlowopKind::ListDir
-                | FlowopKind::FsyncSet
-        );
-        // deletefile fd=N: the file last opened in N (Filebench).
-        let by_fd = f.kind == FlowopKind::DeleteFile && fd.is_some();
-        if needs_file && fileset.is_none() && !by_fd {
-            return Err(self.err(
-                line,
-                format!("flowop {name}: {} needs filesetname=…", f.kind.name()),
-            ));
-        }
+        let (fileset, fd) = self.op_fileset(f, &name)?;
         let wholefile = matches!(
             f.kind,
             FlowopKind::ReadWholeFile | FlowopKind::WriteWholeFile
@@ -485,41 +483,7 @@ impl Engine {
         let (indexed, indexed_dist) = self.maybe_random_attr(a, "indexed")?;
         let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
         let target = self.attr_text(a, "target", line)?;
-        if f.kind == FlowopKind::SemPost {
-            let t = target
-                .clone()
-                .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
-            if !shared.sems.contains_key(&t) {
-                return Err(self.err(
-                    line,
-                    format!("sempost {name}: no semblock flowop named {t}"),
-                ));
-            }
-        }
-        let wake = match f.kind {
-            FlowopKind::Block => shared.wakepoints.get(&name).cloned(),
-            FlowopKind::Wakeup => {
-                let t = target
-                    .clone()
-                    .ok_or_else(|| self.err(line, format!("wakeup {name} needs target=…")))?;
-                Some(shared.wakepoints.get(&t).cloned().ok_or_else(|| {
-                    self.err(line, format!("wakeup {name}: no block flowop named {t}"))
-                })?)
-            }
-            _ => None,
-        };
-        let finish = match f.kind {
-            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
-                let t = match &target {
-                    Some(t) => t.clone(),
-                    None => self
-                        .attr_text(&all[0].attrs, "name", line)?
-                        .unwrap_or_default(),
-                };
-                quotas.get(&t).map(|(q, _)| q.clone())
-            }
-            _ => None,
-        };
+        let (wake, finish) = self.op_links(f, &name, &target, all, shared, quotas)?;
         // Without an eventgen rate a limit flowop does nothing (Filebench).
         let is_limit = matches!(
             f.kind,
@@ -560,5 +524,102 @@ impl Engine {
             wake,
             events: if is_limit { events.clone() } else { None },
         })
+    }
+
+    /// A flowop's fileset (`filesetname=` or `filename=`) and `fd=`; the
+    /// flowops that pick files need a fileset (but `deletefile fd=N`).
+    fn op_fileset(
+        &self,
+        f: &FlowopDef,
+        name: &str,
+    ) -> Result<(Option<usize>, Option<usize>), Error> {
+        let (a, line) = (&f.attrs, f.line);
+        let fsname = match self.attr_text(a, "filesetname", line)? {
+            Some(n) => Some(n),
+            None => self.attr_text(a, "filename", line)?,
+        };
+        let fileset = match &fsname {
+            Some(n) => Some(
+                self.filesets
+                    .iter()
+                    .position(|f| &f.spec.name == n)
+                    .ok_or_else(|| {
+                        self.err(line, format!("flowop {name}: no fileset or file named {n}"))
+                    })?,
+            ),
+            None => None,
+        };
+        let fd = self.attr_num(a, "fd", line)?.map(|v| v as usize);
+        let needs_file = matches!(
+            f.kind,
+            FlowopKind::CreateFile
+                | FlowopKind::OpenFile
+                | FlowopKind::DeleteFile
+                | FlowopKind::StatFile
+                | FlowopKind::Mkdir
+                | FlowopKind::Rmdir
+                | FlowopKind::ListDir
+                | FlowopKind::FsyncSet
+        );
+        // deletefile fd=N: the file last opened in N (Filebench).
+        let by_fd = f.kind == FlowopKind::DeleteFile && fd.is_some();
+        if needs_file && fileset.is_none() && !by_fd {
+            return Err(self.err(
+                line,
+                format!("flowop {name}: {} needs filesetname=…", f.kind.name()),
+            ));
+        }
+        Ok((fileset, fd))
+    }
+
+    /// What a flowop's name or `target=` links it to: a sempost's semblock
+    /// (checked here, linked per thread later), a block/wakeup's wake point,
+    /// a finish flowop's quota.
+    fn op_links(
+        &self,
+        f: &FlowopDef,
+        name: &str,
+        target: &Option<String>,
+        all: &[FlowopDef],
+        shared: &Shared,
+        quotas: &Quotas,
+    ) -> Result<Links, Error> {
+        let line = f.line;
+        if f.kind == FlowopKind::SemPost {
+            let t = target
+                .clone()
+                .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
+            if !shared.sems.contains_key(&t) {
+                return Err(self.err(
+                    line,
+                    format!("sempost {name}: no semblock flowop named {t}"),
+                ));
+            }
+        }
+        let wake = match f.kind {
+            FlowopKind::Block => shared.wakepoints.get(name).cloned(),
+            FlowopKind::Wakeup => {
+                let t = target
+                    .clone()
+                    .ok_or_else(|| self.err(line, format!("wakeup {name} needs target=…")))?;
+                Some(shared.wakepoints.get(&t).cloned().ok_or_else(|| {
+                    self.err(line, format!("wakeup {name}: no block flowop named {t}"))
+                })?)
+            }
+            _ => None,
+        };
+        let finish = match f.kind {
+            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
+                let t = match &target {
+                    Some(t) => t.clone(),
+                    None => self
+                        .attr_text(&all[0].attrs, "name", line)?
+                        .unwrap_or_default(),
+                };
+                quotas.get(&t).map(|(q, _)| q.clone())
+            }
+            _ => None,
+        };
+        Ok((wake, finish))
     }
 }

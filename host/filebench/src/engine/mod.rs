@@ -1,12 +1,13 @@
 //! Runs a parsed workload statement by statement: variables, filesets,
 //! processes (thread instances), runs and their statistics.
 //!
-//! A run ends at its run time, or earlier when the quit mode says so
-//! (`firstdone`: the first thread done; `alldone`: every thread done), when a
-//! flowop runs out of files to pick (Filebench's "out of resources"), or on
-//! the first error. Then every thread is told to stop; they look at the stop
-//! flag between operations and inside every wait, and the run waits at most
-//! [`Options::shutdown_timeout`] for them before it reports an error.
+//! A run ends at its run time or earlier by itself, as Filebench's (see
+//! `run.rs`): on the first error, when a thread is done (a finish condition
+//! or no file left to pick, Filebench's "out of resources") unless the quit
+//! mode is `alldone`, or when no thread is left. Then every thread is told to
+//! stop; they look at the stop flag between operations and inside every
+//! wait, and the run waits at most [`Options::shutdown_timeout`] for them
+//! before it reports an error.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -215,24 +216,7 @@ impl Engine {
                         self.eventgen = Some((line, v.clone()));
                     }
                 }
-                StmtKind::Run(rt) => {
-                    let secs = match rt {
-                        Some(e) => Some(self.vars.number(e).map_err(ev)?),
-                        None => self.default_runtime(),
-                    };
-                    self.run(line, secs, None)?;
-                }
-                StmtKind::Psrun { interval, runtime } => {
-                    let secs = match runtime {
-                        Some(e) => Some(self.vars.number(e).map_err(ev)?),
-                        None => self.default_runtime(),
-                    };
-                    let iv = match interval {
-                        Some(e) => self.vars.number(e).map_err(ev)?,
-                        None => 10.0,
-                    };
-                    self.run(line, secs, Some(iv.max(0.1)))?;
-                }
+                StmtKind::Run(_) | StmtKind::Psrun { .. } => self.run_statement(line, &st.kind)?,
                 StmtKind::Create(CreateWhat::Files) => self.create_filesets(line)?,
                 StmtKind::Create(CreateWhat::Processes) => {
                     self.create_filesets(line)?;
@@ -267,24 +251,52 @@ impl Engine {
                     self.usage.push(t);
                 }
                 StmtKind::EnableLathist => self.lathist = true,
-                StmtKind::System(e) => {
-                    let cmd = self.vars.text(e).map_err(ev)?;
-                    self.say(format!("system: {cmd}"));
-                    let st = std::process::Command::new("/bin/sh")
-                        .arg("-c")
-                        .arg(&cmd)
-                        .status()
-                        .map_err(|e| self.err(line, format!("system: cannot run sh: {e}")))?;
-                    if !st.success() {
-                        self.say(format!("system: '{cmd}' exited with {st}"));
-                    }
-                }
+                StmtKind::System(e) => self.system(line, e)?,
                 StmtKind::Quit => break,
                 StmtKind::DefineComposite => {}
                 StmtKind::Vars | StmtKind::List | StmtKind::Unhonoured { .. } => {
                     self.inspect(line, &st.kind)
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// `run [N]` and `psrun [-I] [N]`.
+    fn run_statement(&mut self, line: usize, kind: &StmtKind) -> Result<(), Error> {
+        let ev = |e: String| Error::run(&self.file, line, e);
+        let (runtime, interval) = match kind {
+            StmtKind::Run(rt) => (rt, None),
+            StmtKind::Psrun { interval, runtime } => (runtime, Some(interval)),
+            _ => return Ok(()),
+        };
+        let secs = match runtime {
+            Some(e) => Some(self.vars.number(e).map_err(ev)?),
+            None => self.default_runtime(),
+        };
+        let iv = match interval {
+            Some(Some(e)) => Some(self.vars.number(e).map_err(ev)?.max(0.1)),
+            Some(None) => Some(10.0),
+            None => None,
+        };
+        self.run(line, secs, iv)
+    }
+
+    /// `system "CMD"`: runs it with `/bin/sh -c`; a failure is reported, not
+    /// an error (as Filebench).
+    fn system(&mut self, line: usize, e: &crate::ast::Expr) -> Result<(), Error> {
+        let cmd = self
+            .vars
+            .text(e)
+            .map_err(|m| Error::run(&self.file, line, m))?;
+        self.say(format!("system: {cmd}"));
+        let st = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&cmd)
+            .status()
+            .map_err(|e| self.err(line, format!("system: cannot run sh: {e}")))?;
+        if !st.success() {
+            self.say(format!("system: '{cmd}' exited with {st}"));
         }
         Ok(())
     }
