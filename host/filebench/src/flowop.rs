@@ -29,7 +29,7 @@ use crate::fileset::{Fileset, Want};
 use crate::limit::{Bucket, EventGen, ProcCounts};
 use crate::rng::Rng;
 use crate::sem::SemPair;
-use crate::shared::{End, Quota, Shared, WakePoint};
+use crate::shared::{End, Shared, WakePoint};
 use crate::stats::OpStats;
 
 mod control;
@@ -66,14 +66,11 @@ pub struct Op {
     pub value: f64,
     pub highwater: Option<i64>,
     pub blocking: bool,
-    /// Claimed before the flowop runs (it is the target of a finishon*).
-    pub quota: Option<(Arc<Quota>, bool)>,
-    /// The quota a `finishoncount`/`finishonbytes` flowop watches.
-    pub finish: Option<Arc<Quota>>,
     /// `target=`: a sempost's semblock, a wakeup's block, a limit's or a
     /// finish condition's flowop.
     pub target: Option<String>,
-    /// A limit's `target=` flowop: its index in the thread's flowops.
+    /// A limit's or finish condition's `target=` flowop: its index in the
+    /// thread's flowops.
     pub target_op: Option<usize>,
     /// This thread's pair of a `semblock`.
     pub sem: Option<Arc<SemPair>>,
@@ -181,9 +178,6 @@ impl Worker {
                     passes[i] = 0;
                 }
                 if self.plan.ops[i].kind == FlowopKind::Composite {
-                    if let Err(e) = self.claim_op(i) {
-                        break 'outer e;
-                    }
                     i += 1;
                     continue;
                 }
@@ -377,25 +371,6 @@ impl Worker {
         Ok(key)
     }
 
-    /// A count quota: one unit per operation, claimed before it runs.
-    fn claim_op(&self, i: usize) -> Result<(), End> {
-        match &self.plan.ops[i].quota {
-            Some((q, false)) if q.claim(1) == 0 => Err(End::Done),
-            _ => Ok(()),
-        }
-    }
-
-    /// A byte quota: up to `n` bytes, claimed before they move.
-    fn claim(&self, i: usize, n: u64) -> Result<u64, End> {
-        match &self.plan.ops[i].quota {
-            Some((q, true)) => match q.claim(n) {
-                0 => Err(End::Done),
-                got => Ok(got),
-            },
-            _ => Ok(n),
-        }
-    }
-
     fn read_at(&mut self, i: usize, key: usize, n: usize, off: u64) -> Result<usize, End> {
         let boff = self.buf_off;
         let r = match self.slots.get(&key) {
@@ -413,7 +388,6 @@ impl Worker {
 
     fn exec(&mut self, i: usize) -> Res {
         use FlowopKind::*;
-        self.claim_op(i)?;
         match self.plan.ops[i].kind {
             CreateFile => self.create_file(i),
             OpenFile => self.open_file(i),

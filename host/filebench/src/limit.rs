@@ -169,6 +169,8 @@ impl EventGen {
 pub struct ProcCounts {
     /// File-system operations (the flowops of the IO Summary).
     pub ops: AtomicU64,
+    /// Their bytes.
+    pub io_bytes: AtomicU64,
     /// Reads and writes.
     pub rw_ops: AtomicU64,
     /// Bytes read and written.
@@ -179,6 +181,7 @@ impl ProcCounts {
     pub fn add(&self, io: bool, rw: bool, bytes: u64) {
         if io {
             self.ops.fetch_add(1, Ordering::Relaxed);
+            self.io_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         if rw {
             self.rw_ops.fetch_add(1, Ordering::Relaxed);

@@ -1,12 +1,12 @@
 //! State the threads of a run share: the stop flag, why the run ended,
-//! semaphores ([`crate::sem`]), block/wakeup points, finish quotas and the
-//! event generator ([`crate::limit`]).
+//! semaphores ([`crate::sem`]), block/wakeup points and the event
+//! generator ([`crate::limit`]).
 //! Every wait here wakes up at least every [`TICK`] to look at the stop flag,
 //! so a run always ends within its run time (if it has one) plus a bounded
 //! shutdown.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -52,59 +52,12 @@ impl WakePoint {
     }
 }
 
-/// A finish quota (`finishoncount` / `finishonbytes` on a target flowop):
-/// the target claims its units before it runs, so exactly `limit` units are
-/// done over all threads.
-#[derive(Debug)]
-pub struct Quota {
-    pub limit: u64,
-    used: AtomicU64,
-}
-
-impl Quota {
-    pub fn new(limit: u64) -> Self {
-        Quota {
-            limit,
-            used: AtomicU64::new(0),
-        }
-    }
-
-    /// Claims up to `n` units; returns how many were granted (0: exhausted).
-    pub fn claim(&self, n: u64) -> u64 {
-        let mut cur = self.used.load(Ordering::Relaxed);
-        loop {
-            if cur >= self.limit {
-                return 0;
-            }
-            let grant = n.min(self.limit - cur);
-            match self.used.compare_exchange_weak(
-                cur,
-                cur + grant,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return grant,
-                Err(c) => cur = c,
-            }
-        }
-    }
-
-    /// Returns `n` units claimed and not used (a read that got less).
-    pub fn give_back(&self, n: u64) {
-        self.used.fetch_sub(n, Ordering::AcqRel);
-    }
-
-    pub fn exhausted(&self) -> bool {
-        self.used.load(Ordering::Relaxed) >= self.limit
-    }
-}
-
 /// Why a thread stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum End {
     /// The run's stop flag.
     Stopped,
-    /// A finish quota was reached (Filebench's "done").
+    /// A finish condition was met (`finishoncount`, `finishonbytes`).
     Done,
     /// No file was left to pick (Filebench's "out of resources").
     NoResource(String),
@@ -223,20 +176,5 @@ impl Shared {
     pub fn wait_change(&self, d: Duration) {
         let g = lock(&self.changed_lock);
         let _ = self.changed.wait_timeout(g, d.min(TICK));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quota_grants_exactly_the_limit() {
-        let q = Quota::new(10);
-        assert_eq!(q.claim(4), 4);
-        assert_eq!(q.claim(4), 4);
-        assert_eq!(q.claim(4), 2);
-        assert_eq!(q.claim(1), 0);
-        assert!(q.exhausted());
     }
 }

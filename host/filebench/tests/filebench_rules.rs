@@ -385,3 +385,33 @@ run 1
     let per_op = bytes(&r, "rd") as f64 / ops(&r, "rd") as f64;
     assert!((per_op / (12.8 * 1024.0) - 1.0).abs() < 0.01, "{per_op}");
 }
+
+/// `finishoncount` compares after the fact, as Filebench's: filemicro_seqwrite's
+/// shape, `appendfile iters=8` then `finishoncount value=1` (no target: the
+/// process's operations), does all 8 appends of the pass before the check
+/// ends the thread (the quota it replaced allowed 1). `firstdone`: the run
+/// ends there, counted as 1 s: 8 ops/s.
+#[test]
+fn finishoncount_checks_after_the_pass() {
+    let d = tmpdir("fin");
+    let r = run_in(
+        &d,
+        "set mode quit firstdone
+define file name=f,path=$dir,size=0,prealloc
+define process name=p
+{
+  thread name=t
+  {
+    flowop appendfile name=app,filename=f,iosize=4k,iters=8
+    flowop finishoncount name=finish,value=1
+  }
+}
+run 5
+",
+        false,
+    );
+    assert_eq!(ops(&r, "app"), 8);
+    assert_eq!(std::fs::metadata(d.join("f")).unwrap().len(), 8 * 4096);
+    assert_eq!(r.summary.ops_per_s, 8.0);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -1,14 +1,9 @@
 //! From the script to what runs: fileset specifications from `define
 //! fileset|file`, and the per-thread plans of compiled flowops (attributes
-//! resolved, names linked: semaphores, wake points, finish quotas).
+//! resolved, names linked: semaphores, wake points, limit and finish
+//! targets).
 
 use super::*;
-
-/// A flowop's wake point (block, wakeup) and finish quota.
-type Links = (Option<Arc<WakePoint>>, Option<Arc<Quota>>);
-
-/// Finish quotas by target flowop name: (quota, counts bytes).
-type Quotas = HashMap<String, (Arc<Quota>, bool)>;
 
 /// One thread instance's copy of its flowops: every thread's semblock gets
 /// a semaphore pair of its own (registered by name in `shared`).
@@ -171,7 +166,7 @@ impl Engine {
             None => None,
         };
         shared.events = events.clone();
-        let quotas = self.link_names(&defs, shared)?;
+        self.link_names(&defs, shared)?;
         let mut plans = Vec::new();
         let mut later_warnings: Vec<(usize, &str, &str)> = Vec::new();
         for (pline, pattrs, threads) in &defs {
@@ -198,7 +193,7 @@ impl Engine {
                 if let Some(a) = t.attrs.get("useism") {
                     later_warnings.push((a.line, "useism", USEISM_DIFF));
                 }
-                let ops = self.thread_ops(t, shared, &quotas, &events)?;
+                let ops = self.thread_ops(t, shared, &events)?;
                 for (p, proc) in &procs {
                     for i in 0..tinst {
                         plans.push(ThreadPlan {
@@ -225,16 +220,14 @@ impl Engine {
         Ok(plans)
     }
 
-    /// Pass 1 over every thread: the names of semblocks and block flowops,
-    /// and the finish quotas by target flowop.
+    /// Pass 1 over every thread: the names of semblocks and block flowops.
     fn link_names(
         &self,
         defs: &[(usize, Attrs, Vec<ThreadDef>)],
         shared: &mut Shared,
-    ) -> Result<Quotas, Error> {
-        let mut quotas = Quotas::new();
+    ) -> Result<(), Error> {
         for t in defs.iter().flat_map(|(_, _, threads)| threads) {
-            for (k, f) in t.flowops.iter().enumerate() {
+            for f in &t.flowops {
                 let name = self
                     .attr_text(&f.attrs, "name", f.line)?
                     .unwrap_or_default();
@@ -248,49 +241,10 @@ impl Engine {
                             .entry(name)
                             .or_insert_with(|| Arc::new(WakePoint::default()));
                     }
-                    FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
-                        self.finish_quota(t, k, &mut quotas)?;
-                    }
                     _ => {}
                 }
             }
         }
-        Ok(quotas)
-    }
-
-    /// The quota of finish flowop `k` of thread `t`, by its target.
-    fn finish_quota(&self, t: &ThreadDef, k: usize, quotas: &mut Quotas) -> Result<(), Error> {
-        let f = &t.flowops[k];
-        let value = self
-            .attr_num(&f.attrs, "value", f.line)?
-            .ok_or_else(|| self.err(f.line, format!("{} needs value=…", f.kind.name())))?;
-        let target = match self.attr_text(&f.attrs, "target", f.line)? {
-            Some(t) => t,
-            None => self
-                .attr_text(&t.flowops[0].attrs, "name", f.line)?
-                .unwrap_or_default(),
-        };
-        let named = |o: &FlowopDef| {
-            self.attr_text(&o.attrs, "name", o.line)
-                .ok()
-                .flatten()
-                .as_deref()
-                == Some(&target)
-        };
-        if !t.flowops[..k].iter().chain(&t.flowops[k + 1..]).any(named) {
-            return Err(self.err(
-                f.line,
-                format!("{}: no flowop named {target} in this thread", f.kind.name()),
-            ));
-        }
-        if quotas.contains_key(&target) {
-            return Err(self.err(
-                f.line,
-                format!("flowop {target} already has a finish condition"),
-            ));
-        }
-        let bytes = f.kind == FlowopKind::FinishOnBytes;
-        quotas.insert(target, (Arc::new(Quota::new(value.round() as u64)), bytes));
         Ok(())
     }
 
@@ -300,13 +254,12 @@ impl Engine {
         &self,
         t: &ThreadDef,
         shared: &Shared,
-        quotas: &Quotas,
         events: &Option<Arc<EventGen>>,
     ) -> Result<Vec<Op>, Error> {
         let mut ops: Vec<Op> = Vec::new();
         let mut open: Vec<usize> = Vec::new();
         for f in &t.flowops {
-            let mut op = self.compile_op(f, &t.flowops, shared, quotas, events)?;
+            let mut op = self.compile_op(f, shared, events)?;
             match f.kind {
                 FlowopKind::Composite => {
                     open.push(ops.len());
@@ -325,19 +278,24 @@ impl Engine {
             }
             ops.push(op);
         }
-        self.link_limit_targets(&mut ops)?;
+        self.link_targets(&mut ops)?;
         Ok(ops)
     }
 
-    /// Resolves the `target=` of the limit flowops of one thread: a flowop of
-    /// the same thread; `iopslimit` and `bwlimit` need one that reads or
-    /// writes (Filebench stops the run otherwise).
-    fn link_limit_targets(&self, ops: &mut [Op]) -> Result<(), Error> {
+    /// Resolves the `target=` of the limit and finish flowops of one
+    /// thread: a flowop of the same thread; `iopslimit`, `bwlimit` and
+    /// `finishonbytes` need one that reads or writes (Filebench stops the run
+    /// otherwise).
+    fn link_targets(&self, ops: &mut [Op]) -> Result<(), Error> {
         for k in 0..ops.len() {
             let op = &ops[k];
             let limit = matches!(
                 op.kind,
-                FlowopKind::IopsLimit | FlowopKind::OpsLimit | FlowopKind::BwLimit
+                FlowopKind::IopsLimit
+                    | FlowopKind::OpsLimit
+                    | FlowopKind::BwLimit
+                    | FlowopKind::FinishOnCount
+                    | FlowopKind::FinishOnBytes
             );
             let Some(t) = op.target.as_ref().filter(|_| limit) else {
                 continue;
@@ -349,7 +307,8 @@ impl Engine {
                 ));
             };
             let io = ops[j].kind.is_read() || ops[j].kind.is_write();
-            if op.kind != FlowopKind::OpsLimit && !io {
+            let any = matches!(op.kind, FlowopKind::OpsLimit | FlowopKind::FinishOnCount);
+            if !any && !io {
                 return Err(self.err(
                     op.line,
                     format!("{}: flowop {t} does no reads or writes", op.kind.name()),
@@ -461,9 +420,7 @@ impl Engine {
     fn compile_op(
         &self,
         f: &FlowopDef,
-        all: &[FlowopDef],
         shared: &Shared,
-        quotas: &Quotas,
         events: &Option<Arc<EventGen>>,
     ) -> Result<Op, Error> {
         let a = &f.attrs;
@@ -483,7 +440,14 @@ impl Engine {
         let (indexed, indexed_dist) = self.maybe_random_attr(a, "indexed")?;
         let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
         let target = self.attr_text(a, "target", line)?;
-        let (wake, finish) = self.op_links(f, &name, &target, all, shared, quotas)?;
+        let wake = self.op_links(f, &name, &target, shared)?;
+        let finish = matches!(
+            f.kind,
+            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes
+        );
+        if finish && !a.has("value") {
+            return Err(self.err(line, format!("{} needs value=…", f.kind.name())));
+        }
         // Without an eventgen rate a limit flowop does nothing (Filebench).
         let is_limit = matches!(
             f.kind,
@@ -515,8 +479,6 @@ impl Engine {
             value,
             highwater,
             blocking: self.attr_flag(a, "blocking")?,
-            quota: quotas.get(&name).cloned(),
-            finish,
             target,
             target_op: None,
             sem: None,
@@ -573,17 +535,14 @@ impl Engine {
     }
 
     /// What a flowop's name or `target=` links it to: a sempost's semblock
-    /// (checked here, linked per thread later), a block/wakeup's wake point,
-    /// a finish flowop's quota.
+    /// (checked here, linked per thread later), a block/wakeup's wake point.
     fn op_links(
         &self,
         f: &FlowopDef,
         name: &str,
         target: &Option<String>,
-        all: &[FlowopDef],
         shared: &Shared,
-        quotas: &Quotas,
-    ) -> Result<Links, Error> {
+    ) -> Result<Option<Arc<WakePoint>>, Error> {
         let line = f.line;
         if f.kind == FlowopKind::SemPost {
             let t = target
@@ -608,18 +567,6 @@ impl Engine {
             }
             _ => None,
         };
-        let finish = match f.kind {
-            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
-                let t = match &target {
-                    Some(t) => t.clone(),
-                    None => self
-                        .attr_text(&all[0].attrs, "name", line)?
-                        .unwrap_or_default(),
-                };
-                quotas.get(&t).map(|(q, _)| q.clone())
-            }
-            _ => None,
-        };
-        Ok((wake, finish))
+        Ok(wake)
     }
 }

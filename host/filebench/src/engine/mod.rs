@@ -23,7 +23,7 @@ use crate::flowop::{Op, ThreadPlan, Worker};
 use crate::limit::{EventGen, ProcCounts};
 use crate::rng::Rng;
 use crate::sem::SemPair;
-use crate::shared::{Quota, Shared, WakePoint};
+use crate::shared::{Shared, WakePoint};
 use crate::stats::{summarize, FlowopResult, OpStats, Summary};
 use crate::value::{Value, Vars};
 

@@ -35,11 +35,29 @@ impl Worker {
         Ok(0)
     }
 
+    /// `finishoncount value=N` / `finishonbytes value=N`: the thread is done
+    /// once its `target=` flowop (else its whole process: every
+    /// file-system operation, their bytes) did N operations, or more than N
+    /// bytes (`flowoplib_finishoncount`, `_finishonbytes`).
     pub(super) fn finish_on(&mut self, i: usize) -> Res {
-        match &self.plan.ops[i].finish {
-            Some(q) if q.exhausted() => Err(End::Done),
-            _ => Ok(0),
+        use std::sync::atomic::Ordering::Relaxed;
+        let op = &self.plan.ops[i];
+        let (ops, bytes) = match op.target_op {
+            Some(t) => self.own.get(t).copied().unwrap_or_default(),
+            None => (
+                self.plan.proc.ops.load(Relaxed),
+                self.plan.proc.io_bytes.load(Relaxed),
+            ),
+        };
+        let n = op.value.max(0.0) as u64;
+        let done = match op.kind {
+            FlowopKind::FinishOnBytes => bytes > n,
+            _ => ops >= n,
+        };
+        if done {
+            return Err(End::Done);
         }
+        Ok(0)
     }
 
     /// `eventlimit`, `iopslimit`, `opslimit`, `bwlimit`.

@@ -10,7 +10,7 @@ impl Worker {
         let iosize = self.io_size(i) as usize;
         let mut total = 0u64;
         loop {
-            let n = self.claim(i, iosize as u64)? as usize;
+            let n = iosize;
             match self.read_at(i, key, n, total)? {
                 0 => break,
                 got => total += got as u64,
@@ -36,7 +36,7 @@ impl Worker {
         let iosize = self.io_size(i);
         let mut done = 0u64;
         while done < size {
-            let n = self.claim(i, iosize.min(size - done))? as usize;
+            let n = iosize.min(size - done) as usize;
             self.write_at(i, key, n, done)?;
             done += n as u64;
         }
@@ -54,7 +54,7 @@ impl Worker {
         } else {
             iosize
         };
-        let n = self.claim(i, n)? as usize;
+        let n = n as usize;
         let end = self.slots[&key]
             .file
             .metadata()
@@ -73,12 +73,9 @@ impl Worker {
     pub(super) fn read(&mut self, i: usize) -> Res {
         let key = self.ensure_slot(i)?;
         let want = self.io_size(i);
-        let n = self.claim(i, want)? as usize;
+        let n = want as usize;
         let off = self.next_offset(i, key, n as u64);
         let got = self.read_at(i, key, n, off)? as u64;
-        if let Some((q, true)) = &self.plan.ops[i].quota {
-            q.give_back(n as u64 - got);
-        }
         let random = self.plan.ops[i].random;
         if let Some(s) = self.slots.get_mut(&key) {
             s.offset = if got == 0 && !random { 0 } else { off + got };
@@ -89,7 +86,7 @@ impl Worker {
     pub(super) fn write(&mut self, i: usize) -> Res {
         let key = self.ensure_slot(i)?;
         let want = self.io_size(i);
-        let n = self.claim(i, want)? as usize;
+        let n = want as usize;
         let off = self.next_offset(i, key, n as u64);
         if self.plan.ops[i].kind == FlowopKind::AioWrite {
             self.aio_write(i, key, n, off)?;
