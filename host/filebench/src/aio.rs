@@ -1,26 +1,33 @@
 //! `aiowrite` / `aiowait`: writes that go on while the thread runs its next
 //! flowops, as Filebench's POSIX AIO does.
 //!
-//! Each thread instance that uses `aiowrite` gets one writer thread (the C
-//! library's POSIX AIO is itself a thread pool): `aiowrite` copies its data
+//! Each thread instance that uses `aiowrite` gets a pool of writer threads,
+//! as the C library's POSIX AIO is (glibc: up to 20 threads, started as
+//! writes queue up): `aiowrite` copies its data
 //! into an aligned buffer (so that `directio` files still get aligned I/O),
 //! queues the write and returns at once; `aiowait` reaps completions as
-//! Filebench's does: half of the outstanding writes (at least one, at most
-//! [`MAX_REAP`] at a time, again while more than that are outstanding),
-//! waiting at most a second for each batch. A failed write is reported by
-//! the `aiowait` that reaps it. Writes still queued when the thread ends are
-//! finished before it is gone.
+//! Filebench's does on Linux, which has no `aio_waitn` (`fb_lfsflow_aiowait`
+//! in `fb_localfs.c`, its `#else` branch): it takes the writes that have
+//! already finished, up to half of the outstanding ones (at least one, at
+//! most [`MAX_REAP`]), without waiting; only while more than [`MAX_REAP`]
+//! are outstanding does it go round again, and then it waits for writes to
+//! finish (Filebench spins). A failed write is reported by the `aiowait`
+//! that reaps it (Filebench logs it). Writes still queued when the thread
+//! ends are finished before it is gone.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Filebench's MAXREAP: the most completions one round of `aiowait` takes.
 pub const MAX_REAP: usize = 1024;
-/// How long `aiowait` waits for a round (Filebench's timeout).
+/// How long a round of `aiowait` waits while more than [`MAX_REAP`] writes
+/// are outstanding.
 const ROUND_WAIT: Duration = Duration::from_secs(1);
 /// Buffer alignment for direct I/O.
 const ALIGN: usize = 4096;
@@ -33,37 +40,60 @@ struct Job {
     len: usize,
 }
 
+/// The most writer threads of one [`Aio`] (glibc's default `aio_threads`).
+pub const MAX_WRITERS: usize = 20;
+
+type Todo = Arc<Mutex<Receiver<Job>>>;
+
 /// One thread instance's asynchronous writes.
 pub struct Aio {
     jobs: Option<Sender<Job>>,
+    todo: Todo,
+    finished: Sender<io::Result<()>>,
     done: Receiver<io::Result<()>>,
-    writer: Option<JoinHandle<()>>,
+    writers: Vec<JoinHandle<()>>,
+    /// Writers waiting for a job.
+    idle: Arc<AtomicUsize>,
     outstanding: usize,
 }
 
 impl Aio {
-    /// Starts the writer thread.
+    /// An empty pool; writers start as writes are queued.
     pub fn new() -> io::Result<Aio> {
         let (jobs, todo) = mpsc::channel::<Job>();
         let (finished, done) = mpsc::channel();
-        let writer = std::thread::Builder::new()
-            .name("xfb-aio".into())
-            .spawn(move || {
-                for j in todo {
-                    let r = j
-                        .file
-                        .write_all_at(&j.buf[j.start..j.start + j.len], j.offset);
-                    if finished.send(r).is_err() {
-                        return;
-                    }
-                }
-            })?;
         Ok(Aio {
             jobs: Some(jobs),
+            todo: Arc::new(Mutex::new(todo)),
+            finished,
             done,
-            writer: Some(writer),
+            writers: Vec::new(),
+            idle: Arc::new(AtomicUsize::new(0)),
             outstanding: 0,
         })
+    }
+
+    /// Starts one more writer thread.
+    fn add_writer(&mut self) -> io::Result<()> {
+        let (todo, finished, idle) = (self.todo.clone(), self.finished.clone(), self.idle.clone());
+        let w = std::thread::Builder::new()
+            .name("xfb-aio".into())
+            .spawn(move || loop {
+                idle.fetch_add(1, Ordering::AcqRel);
+                let job = todo.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                idle.fetch_sub(1, Ordering::AcqRel);
+                let Ok(j) = job else {
+                    return;
+                };
+                let r = j
+                    .file
+                    .write_all_at(&j.buf[j.start..j.start + j.len], j.offset);
+                if finished.send(r).is_err() {
+                    return;
+                }
+            })?;
+        self.writers.push(w);
+        Ok(())
     }
 
     /// Queues a write of `data` at `offset` of `file`.
@@ -84,6 +114,9 @@ impl Aio {
             .send(job)
             .map_err(|_| io::Error::other("the writer has ended"))?;
         self.outstanding += 1;
+        if self.idle.load(Ordering::Acquire) == 0 && self.writers.len() < MAX_WRITERS {
+            self.add_writer()?;
+        }
         Ok(())
     }
 
@@ -97,26 +130,37 @@ impl Aio {
     pub fn wait(&mut self) -> io::Result<usize> {
         let mut reaped = 0;
         loop {
-            if self.outstanding == 0 {
-                return Ok(reaped);
-            }
             let todo = if self.outstanding > MAX_REAP {
                 MAX_REAP
             } else {
                 (self.outstanding / 2).max(1)
             };
-            for _ in 0..todo {
-                match self.done.recv_timeout(ROUND_WAIT) {
-                    Ok(r) => {
-                        self.outstanding -= 1;
-                        reaped += 1;
-                        r?;
-                    }
+            // Past MAX_REAP outstanding, wait for completions (a round
+            // would otherwise come back empty and go round again).
+            let wait = if self.outstanding > MAX_REAP {
+                ROUND_WAIT
+            } else {
+                Duration::ZERO
+            };
+            for _ in 0..todo.min(self.outstanding) {
+                let got = if wait.is_zero() {
+                    self.done.try_recv().map_err(|e| match e {
+                        TryRecvError::Empty => RecvTimeoutError::Timeout,
+                        TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                    })
+                } else {
+                    self.done.recv_timeout(wait)
+                };
+                let r = match got {
+                    Ok(r) => r,
                     Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => {
                         return Err(io::Error::other("the writer has ended"))
                     }
-                }
+                };
+                self.outstanding -= 1;
+                reaped += 1;
+                r?;
             }
             if self.outstanding <= MAX_REAP {
                 return Ok(reaped);
@@ -129,7 +173,7 @@ impl Drop for Aio {
     fn drop(&mut self) {
         // Closing the queue lets the writer finish what is queued and end.
         self.jobs = None;
-        if let Some(w) = self.writer.take() {
+        for w in self.writers.drain(..) {
             let _ = w.join();
         }
     }
@@ -159,6 +203,11 @@ mod tests {
             aio.submit(&f, i * 4096, &[i as u8 + 1; 4096]).unwrap();
         }
         assert_eq!(aio.outstanding(), 8);
+        // Let the writer finish all eight: aiowait does not wait.
+        while std::fs::metadata(&p).unwrap().len() < 8 * 4096 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(100));
         assert_eq!(aio.wait().unwrap(), 4, "half of 8");
         assert_eq!(aio.wait().unwrap(), 2);
         assert_eq!(aio.wait().unwrap(), 1);
@@ -181,6 +230,7 @@ mod tests {
         let ro = File::open(&p).unwrap();
         let mut aio = Aio::new().unwrap();
         aio.submit(&ro, 0, b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
         assert!(
             aio.wait().is_err(),
             "a write to a read-only file fails at aiowait"

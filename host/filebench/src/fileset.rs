@@ -123,6 +123,25 @@ impl PickSet {
         Some(idx)
     }
 
+    /// The first free entry in the wanted state at or after `idx`, else the
+    /// first one (Filebench's `fileset_find_entry` and its busy skip).
+    fn pick_at(&mut self, idx: usize, want: Want, take: bool) -> Option<usize> {
+        let set = match want {
+            Want::Existing => &mut self.free_existing,
+            Want::Missing => &mut self.free_missing,
+        };
+        let found = set
+            .range(idx..)
+            .next()
+            .or_else(|| set.iter().next())
+            .copied()?;
+        if take {
+            set.remove(&found);
+            self.busy.insert(found);
+        }
+        Some(found)
+    }
+
     fn pick_or_busy(&mut self, want: Want, take: bool) -> Picked {
         if let Some(i) = self.pick(want, take) {
             return Picked::Got(i);
@@ -392,13 +411,37 @@ impl Fileset {
         }
     }
 
-    /// Entry `idx` whatever its state (the `indexed=` attribute), if it is
-    /// in the wanted state.
+    /// The `indexed=` pick, as Filebench's: entry `idx` (modulo the
+    /// entries) if it is free and in the wanted state, else the next such
+    /// entry after it, wrapping around; `None` when there is none (out of
+    /// resources). Taken like [`Fileset::pick_file`].
     pub fn pick_index(&self, idx: usize, want: Want) -> Option<usize> {
-        let p = self.picks(false);
         let idx = idx % self.files.len().max(1);
-        let exists = *p.exists.get(idx)?;
-        (exists == (want == Want::Existing)).then_some(idx)
+        self.picks(false).pick_at(idx, want, !self.spec.is_file)
+    }
+
+    /// Takes entry `idx` whatever its state, waiting while another thread
+    /// holds it (`deletefile fd=N`, as Filebench's); false when `stop` is
+    /// set first.
+    pub fn take_entry_wait(&self, idx: usize, stop: &std::sync::atomic::AtomicBool) -> bool {
+        if self.spec.is_file {
+            return true;
+        }
+        let mut p = self.picks(false);
+        while p.busy.contains(&idx) {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            p = self
+                .released
+                .wait_timeout(p, crate::shared::TICK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        p.free_existing.remove(&idx);
+        p.free_missing.remove(&idx);
+        p.busy.insert(idx);
+        true
     }
 
     /// Gives a file back after `closefile`/`deletefile`/`statfile`.
@@ -580,5 +623,17 @@ mod tests {
         assert_eq!(p.pick(Want::Missing, true), Some(1));
         p.set_exists(1, true, true);
         assert_eq!(p.pick(Want::Existing, false), Some(1));
+    }
+
+    #[test]
+    fn an_indexed_pick_takes_the_next_entry_in_the_wanted_state() {
+        // Filebench's fileset_find_entry: that entry, else the next one
+        // after it, else the first; busy entries are skipped.
+        let mut p = PickSet::new(vec![true, false, false, true, false]);
+        assert_eq!(p.pick_at(1, Want::Existing, true), Some(3));
+        assert_eq!(p.pick_at(4, Want::Existing, true), Some(0));
+        assert_eq!(p.pick_at(0, Want::Existing, true), None, "both busy");
+        assert_eq!(p.pick_at(2, Want::Missing, false), Some(2));
+        assert_eq!(p.pick_at(0, Want::Missing, false), Some(1));
     }
 }

@@ -6,9 +6,11 @@
 //!   the thread; a flowop without `fd` has a slot of its own. A read/write
 //!   flowop on an empty slot opens a file of its fileset and keeps it open;
 //!   `opennext` closes it and opens the next one every time.
-//! - Sequential reads continue where the last one stopped and start over at
-//!   the end of the file (or of `workingset`); sequential writes continue
-//!   likewise and wrap only at `workingset`. Random I/O is aligned to
+//! - Sequential reads continue where the last one stopped; at the end of
+//!   the file one read gets 0 bytes (an operation all the same, as in
+//!   Filebench) and the next starts over (at the end of `workingset` they
+//!   start over at once); sequential writes continue likewise and wrap only
+//!   at `workingset`. Random I/O is aligned to
 //!   `iosize` within `workingset` (default: the file's size).
 //! - `readwholefile` / `writewholefile` count one operation per file,
 //!   `iters=N` repeats a flowop N times (N operations).
@@ -20,13 +22,19 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::ast::FlowopKind;
 use crate::fileset::{Fileset, Want};
+use crate::limit::{Bucket, EventGen, ProcCounts};
 use crate::rng::Rng;
-use crate::shared::{End, EventGen, Quota, Sem, Shared, WakePoint, TICK};
+use crate::sem::SemPair;
+use crate::shared::{End, Shared, WakePoint};
 use crate::stats::OpStats;
+
+mod control;
+mod files;
+mod io;
 
 const ALIGN: usize = 4096;
 
@@ -58,11 +66,16 @@ pub struct Op {
     pub value: f64,
     pub highwater: Option<i64>,
     pub blocking: bool,
-    /// Claimed before the flowop runs (it is the target of a finishon*).
-    pub quota: Option<(Arc<Quota>, bool)>,
-    /// The quota a `finishoncount`/`finishonbytes` flowop watches.
-    pub finish: Option<Arc<Quota>>,
-    pub sem: Option<Arc<Sem>>,
+    /// `target=`: a sempost's semblock, a wakeup's block, a limit's or a
+    /// finish condition's flowop.
+    pub target: Option<String>,
+    /// A limit's or finish condition's `target=` flowop: its index in the
+    /// thread's flowops.
+    pub target_op: Option<usize>,
+    /// This thread's pair of a `semblock`.
+    pub sem: Option<Arc<SemPair>>,
+    /// Every thread's pair of the semblock a `sempost` posts to.
+    pub sem_targets: Option<Arc<[Arc<SemPair>]>>,
     pub wake: Option<Arc<WakePoint>>,
     pub events: Option<Arc<EventGen>>,
 }
@@ -74,6 +87,8 @@ pub struct ThreadPlan {
     pub label: String,
     pub memsize: u64,
     pub ops: Vec<Op>,
+    /// The counts of the thread's process instance (shared by its threads).
+    pub proc: Arc<ProcCounts>,
 }
 
 struct Slot {
@@ -97,9 +112,11 @@ pub struct Worker {
     /// (fileset, entry) last opened in each slot, kept after close for
     /// `deletefile fd=N`.
     last_file: HashMap<usize, (usize, usize)>,
-    since_io_ops: u64,
-    since_ops: u64,
-    since_bytes: u64,
+    /// (operations, bytes) of each flowop of this thread, never cleared
+    /// (a limit's `target=` count).
+    own: Vec<(u64, u64)>,
+    /// Each limit flowop's bucket.
+    buckets: Vec<Bucket>,
     /// The asynchronous writes of `aiowrite`, from the first one on.
     aio: Option<crate::aio::Aio>,
 }
@@ -121,6 +138,7 @@ impl Worker {
         let len = max_io.max(ALIGN as u64) as usize + ALIGN;
         let buf = crate::fileset::pattern(len);
         let buf_off = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let n = plan.ops.len();
         Worker {
             plan,
             filesets,
@@ -131,9 +149,8 @@ impl Worker {
             buf_off,
             slots: HashMap::new(),
             last_file: HashMap::new(),
-            since_io_ops: 0,
-            since_ops: 0,
-            since_bytes: 0,
+            own: vec![(0, 0); n],
+            buckets: vec![Bucket::default(); n],
             aio: None,
         }
     }
@@ -161,9 +178,6 @@ impl Worker {
                     passes[i] = 0;
                 }
                 if self.plan.ops[i].kind == FlowopKind::Composite {
-                    if let Err(e) = self.claim_op(i) {
-                        break 'outer e;
-                    }
                     i += 1;
                     continue;
                 }
@@ -185,33 +199,9 @@ impl Worker {
         end
     }
 
-    /// `deletefile fd=N` without a fileset: unlinks the file open in slot N,
-    /// or the one last opened there.
-    fn delete_by_fd(&mut self, i: usize) -> Res {
-        let key = self.plan.ops[i].fd;
-        let (fsi, entry) = match self.slots.get(&key) {
-            Some(s) => (s.fileset, s.entry),
-            None => *self
-                .last_file
-                .get(&key)
-                .ok_or_else(|| self.fail(i, "deletefile", format!("fd {key} was never opened")))?,
-        };
-        let Some(fs) = self.filesets.get(fsi).cloned() else {
-            return Err(self.fail(i, "deletefile", "no such fileset"));
-        };
-        let path = &fs.files[entry].path;
-        match fs::remove_file(path) {
-            Ok(()) => {
-                fs.set_file_exists(entry, false);
-                Ok(0)
-            }
-            // Already gone (another thread deleted it): nothing to do.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(self.fail(i, &format!("unlink {}", path.display()), e)),
-        }
-    }
-
-    /// Counts one operation of flowop `i`.
+    /// Counts one operation of flowop `i`: in the run's statistics, in this
+    /// thread's own count of the flowop and in its process's counts (what
+    /// the limit flowops look at).
     fn record(&mut self, i: usize, ns: u64, bytes: u64) {
         let kind = self.plan.ops[i].kind;
         if let Some(s) = self
@@ -222,14 +212,12 @@ impl Worker {
         {
             s.record(ns, bytes);
         }
-        if kind == FlowopKind::CompositeEnd {
-            return;
+        if let Some(c) = self.own.get_mut(i) {
+            c.0 += 1;
+            c.1 += bytes;
         }
-        self.since_ops += 1;
-        if kind.is_read() || kind.is_write() {
-            self.since_io_ops += 1;
-        }
-        self.since_bytes += bytes;
+        let rw = kind.is_read() || kind.is_write();
+        self.plan.proc.add(kind.is_io_summary(), rw, bytes);
     }
 
     fn close_all(&mut self) {
@@ -383,25 +371,6 @@ impl Worker {
         Ok(key)
     }
 
-    /// A count quota: one unit per operation, claimed before it runs.
-    fn claim_op(&self, i: usize) -> Result<(), End> {
-        match &self.plan.ops[i].quota {
-            Some((q, false)) if q.claim(1) == 0 => Err(End::Done),
-            _ => Ok(()),
-        }
-    }
-
-    /// A byte quota: up to `n` bytes, claimed before they move.
-    fn claim(&self, i: usize, n: u64) -> Result<u64, End> {
-        match &self.plan.ops[i].quota {
-            Some((q, true)) => match q.claim(n) {
-                0 => Err(End::Done),
-                got => Ok(got),
-            },
-            _ => Ok(n),
-        }
-    }
-
     fn read_at(&mut self, i: usize, key: usize, n: usize, off: u64) -> Result<usize, End> {
         let boff = self.buf_off;
         let r = match self.slots.get(&key) {
@@ -419,320 +388,29 @@ impl Worker {
 
     fn exec(&mut self, i: usize) -> Res {
         use FlowopKind::*;
-        let kind = self.plan.ops[i].kind;
-        self.claim_op(i)?;
-        match kind {
-            CreateFile => {
-                let fs = self.fileset(i)?;
-                let key = self.plan.ops[i].fd;
-                if self.slots.contains_key(&key) {
-                    return Err(self.fail(i, "createfile", format!("fd {key} is already open")));
-                }
-                let entry = self.pick(i, &fs, Want::Missing)?;
-                let file = match self.open_entry(i, &fs, entry, true) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        fs.release_file(entry);
-                        return Err(e);
-                    }
-                };
-                fs.set_file_exists(entry, true);
-                let fsi = self.plan.ops[i].fileset.unwrap_or(0);
-                self.slots.insert(
-                    key,
-                    Slot {
-                        file,
-                        fileset: fsi,
-                        entry,
-                        offset: 0,
-                        size: 0,
-                    },
-                );
-                Ok(0)
-            }
-            OpenFile => {
-                let key = self.plan.ops[i].fd;
-                if self.slots.contains_key(&key) {
-                    return Err(self.fail(i, "openfile", format!("fd {key} is already open")));
-                }
-                self.ensure_slot(i)?;
-                Ok(0)
-            }
-            CloseFile => {
-                let key = self.plan.ops[i].fd;
-                match self.slots.remove(&key) {
-                    Some(s) => {
-                        drop(s.file);
-                        self.last_file.insert(key, (s.fileset, s.entry));
-                        if let Some(fs) = self.filesets.get(s.fileset) {
-                            fs.release_file(s.entry);
-                        }
-                        Ok(0)
-                    }
-                    None => Err(self.fail(i, "closefile", format!("fd {key} is not open"))),
-                }
-            }
-            DeleteFile if self.plan.ops[i].fileset.is_none() => self.delete_by_fd(i),
-            DeleteFile => {
-                let fs = self.fileset(i)?;
-                let entry = self.pick(i, &fs, Want::Existing)?;
-                let r = fs::remove_file(&fs.files[entry].path);
-                if r.is_ok() {
-                    fs.set_file_exists(entry, false);
-                }
-                fs.release_file(entry);
-                r.map_err(|e| {
-                    self.fail(i, &format!("unlink {}", fs.files[entry].path.display()), e)
-                })?;
-                Ok(0)
-            }
-            StatFile => {
-                let fs = self.fileset(i)?;
-                let entry = self.pick(i, &fs, Want::Existing)?;
-                let r = fs::metadata(&fs.files[entry].path);
-                fs.release_file(entry);
-                r.map_err(|e| {
-                    self.fail(i, &format!("stat {}", fs.files[entry].path.display()), e)
-                })?;
-                Ok(0)
-            }
-            ReadWholeFile => {
-                let key = self.ensure_slot(i)?;
-                let iosize = self.io_size(i) as usize;
-                let mut total = 0u64;
-                loop {
-                    let n = self.claim(i, iosize as u64)? as usize;
-                    match self.read_at(i, key, n, total)? {
-                        0 => break,
-                        got => total += got as u64,
-                    }
-                }
-                Ok(total)
-            }
-            WriteWholeFile => {
-                let key = self.ensure_slot(i)?;
-                let size = match self.plan.ops[i].srcfd {
-                    Some(src) => match self.slots.get(&src) {
-                        Some(s) => self.filesets[s.fileset].files[s.entry].size,
-                        None => {
-                            return Err(self.fail(
-                                i,
-                                "writewholefile",
-                                format!("srcfd {src} is not open"),
-                            ))
-                        }
-                    },
-                    None => {
-                        let s = &self.slots[&key];
-                        self.filesets[s.fileset].files[s.entry].size
-                    }
-                };
-                let iosize = self.io_size(i);
-                let mut done = 0u64;
-                while done < size {
-                    let n = self.claim(i, iosize.min(size - done))? as usize;
-                    self.write_at(i, key, n, done)?;
-                    done += n as u64;
-                }
-                if let Some(s) = self.slots.get_mut(&key) {
-                    s.size = s.size.max(done);
-                }
-                Ok(done)
-            }
-            AppendFile | AppendFileRand => {
-                let key = self.ensure_slot(i)?;
-                let iosize = self.io_size(i);
-                let n = if kind == AppendFileRand {
-                    1 + self.rng.below(iosize)
-                } else {
-                    iosize
-                };
-                let n = self.claim(i, n)? as usize;
-                let end = self.slots[&key]
-                    .file
-                    .metadata()
-                    .map(|m| m.len())
-                    .map_err(|e| self.fail(i, "fstat", e))?;
-                self.write_at(i, key, n, end)?;
-                if let Some(s) = self.slots.get_mut(&key) {
-                    s.size = end + n as u64;
-                }
-                Ok(n as u64)
-            }
-            Read => {
-                let key = self.ensure_slot(i)?;
-                let want = self.io_size(i);
-                let n = self.claim(i, want)? as usize;
-                let off = self.next_offset(i, key, n as u64);
-                let mut got = self.read_at(i, key, n, off)?;
-                if got == 0 && off > 0 && !self.plan.ops[i].random {
-                    got = self.read_at(i, key, n, 0)?;
-                    if let Some(s) = self.slots.get_mut(&key) {
-                        s.offset = got as u64;
-                    }
-                } else if let Some(s) = self.slots.get_mut(&key) {
-                    s.offset = off + got as u64;
-                }
-                Ok(got as u64)
-            }
-            Write | AioWrite => {
-                let key = self.ensure_slot(i)?;
-                let want = self.io_size(i);
-                let n = self.claim(i, want)? as usize;
-                let off = self.next_offset(i, key, n as u64);
-                if kind == AioWrite {
-                    self.aio_write(i, key, n, off)?;
-                } else {
-                    self.write_at(i, key, n, off)?;
-                }
-                if let Some(s) = self.slots.get_mut(&key) {
-                    s.offset = off + n as u64;
-                    s.size = s.size.max(s.offset);
-                }
-                Ok(n as u64)
-            }
-            AioWait => {
-                if let Some(aio) = self.aio.as_mut() {
-                    let r = aio.wait();
-                    r.map_err(|e| self.fail(i, "aiowait", e))?;
-                }
-                Ok(0)
-            }
-            Fsync => {
-                let key = self.plan.ops[i].fd;
-                match self.slots.get(&key) {
-                    Some(s) => s.file.sync_all().map_err(|e| self.fail(i, "fsync", e))?,
-                    None => return Err(self.fail(i, "fsync", format!("fd {key} is not open"))),
-                }
-                Ok(0)
-            }
-            FsyncSet => {
-                let fsi = self.plan.ops[i].fileset;
-                for s in self.slots.values().filter(|s| Some(s.fileset) == fsi) {
-                    s.file.sync_all().map_err(|e| self.fail(i, "fsync", e))?;
-                }
-                Ok(0)
-            }
-            Mkdir | Rmdir => {
-                let fs = self.fileset(i)?;
-                let want = if kind == Mkdir {
-                    Want::Missing
-                } else {
-                    Want::Existing
-                };
-                let Some(idx) = fs.pick_leafdir(want) else {
-                    return Err(self.norsc(
-                        i,
-                        &format!("no leaf directory left in fileset {}", fs.spec.name),
-                    ));
-                };
-                let path = fs.leafdirs[idx].path.clone();
-                let r = if kind == Mkdir {
-                    fs::create_dir_all(&path)
-                } else {
-                    fs::remove_dir(&path)
-                };
-                fs.finish_leafdir(
-                    idx,
-                    if r.is_ok() {
-                        kind == Mkdir
-                    } else {
-                        kind != Mkdir
-                    },
-                );
-                r.map_err(|e| self.fail(i, &path.display().to_string(), e))?;
-                Ok(0)
-            }
-            ListDir => {
-                let fs = self.fileset(i)?;
-                let Some(dir) = fs.pick_dir() else {
-                    return Err(
-                        self.norsc(i, &format!("fileset {} has no directory", fs.spec.name))
-                    );
-                };
-                let rd =
-                    fs::read_dir(dir).map_err(|e| self.fail(i, &dir.display().to_string(), e))?;
-                for e in rd {
-                    e.map_err(|e| self.fail(i, &dir.display().to_string(), e))?;
-                }
-                Ok(0)
-            }
-            Delay => {
-                let until =
-                    Instant::now() + Duration::from_secs_f64(self.plan.ops[i].value.max(0.0));
-                while Instant::now() < until {
-                    if self.shared.stopped() {
-                        return Err(End::Stopped);
-                    }
-                    std::thread::sleep((until - Instant::now()).min(TICK));
-                }
-                Ok(0)
-            }
-            Hog => {
-                let mut x = 0u64;
-                for k in 0..self.plan.ops[i].value as u64 {
-                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(k));
-                }
-                std::hint::black_box(x);
-                Ok(0)
-            }
-            FinishOnCount | FinishOnBytes => match &self.plan.ops[i].finish {
-                Some(q) if q.exhausted() => Err(End::Done),
-                _ => Ok(0),
-            },
-            EventLimit | IopsLimit | OpsLimit | BwLimit => {
-                let n = match kind {
-                    EventLimit => 1,
-                    IopsLimit => std::mem::take(&mut self.since_io_ops),
-                    OpsLimit => std::mem::take(&mut self.since_ops),
-                    _ => std::mem::take(&mut self.since_bytes),
-                };
-                if let Some(ev) = &self.plan.ops[i].events {
-                    if !ev.consume(n as f64, &self.shared.stop) {
-                        return Err(End::Stopped);
-                    }
-                }
-                Ok(0)
-            }
-            SemBlock => {
-                let op = &self.plan.ops[i];
-                let sem = op
-                    .sem
-                    .clone()
-                    .ok_or_else(|| self.fail(i, "semblock", "no semaphore"))?;
-                if !sem.block(op.value.max(1.0) as i64, &self.shared.stop) {
-                    return Err(End::Stopped);
-                }
-                Ok(0)
-            }
-            SemPost => {
-                let op = &self.plan.ops[i];
-                let sem = op
-                    .sem
-                    .clone()
-                    .ok_or_else(|| self.fail(i, "sempost", "no semaphore"))?;
-                let hw = if op.blocking { op.highwater } else { None };
-                if !sem.post(op.value.max(1.0) as i64, hw, &self.shared.stop) {
-                    return Err(End::Stopped);
-                }
-                Ok(0)
-            }
-            Block => {
-                let wp = self.plan.ops[i]
-                    .wake
-                    .clone()
-                    .ok_or_else(|| self.fail(i, "block", "no wake point"))?;
-                if !wp.block(&self.shared.stop) {
-                    return Err(End::Stopped);
-                }
-                Ok(0)
-            }
-            Wakeup => {
-                if let Some(wp) = &self.plan.ops[i].wake {
-                    wp.wake();
-                }
-                Ok(0)
-            }
+        match self.plan.ops[i].kind {
+            CreateFile => self.create_file(i),
+            OpenFile => self.open_file(i),
+            CloseFile => self.close_file(i),
+            DeleteFile => self.delete_file(i),
+            StatFile => self.stat_file(i),
+            Mkdir | Rmdir => self.make_or_remove_dir(i),
+            ListDir => self.list_dir(i),
+            ReadWholeFile => self.read_whole_file(i),
+            WriteWholeFile => self.write_whole_file(i),
+            AppendFile | AppendFileRand => self.append_file(i),
+            Read => self.read(i),
+            Write | AioWrite => self.write(i),
+            AioWait => self.aio_wait(i),
+            Fsync | FsyncSet => self.fsync(i),
+            Delay => self.delay(i),
+            Hog => self.hog(i),
+            FinishOnCount | FinishOnBytes => self.finish_on(i),
+            EventLimit | IopsLimit | OpsLimit | BwLimit => self.limit(i),
+            SemBlock => self.sem_block(i),
+            SemPost => self.sem_post(i),
+            Block => self.block(i),
+            Wakeup => self.wakeup(i),
             Composite | CompositeEnd => Ok(0),
         }
     }
@@ -751,9 +429,6 @@ impl Worker {
             return self.rng.below(blocks) * n;
         }
         if op.workingset > 0 && slot.offset + n > op.workingset {
-            return 0;
-        }
-        if op.kind == FlowopKind::Read && slot.offset >= slot.size && slot.size > 0 {
             return 0;
         }
         slot.offset
@@ -794,6 +469,7 @@ mod tests {
             label: "t".into(),
             memsize: 10,
             ops: vec![],
+            proc: Arc::default(),
         };
         let mut w = Worker::new(
             plan,

@@ -37,6 +37,12 @@ struct Cli {
     /// Seconds the threads of a run may take to stop.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
+    /// Exact figures instead of Filebench's: a run that ends itself (quit
+    /// mode, finish condition, out of files) is divided by the time it took,
+    /// not by the whole seconds Filebench's once-a-second check counts, and
+    /// `eventgen` posts each event on time instead of in batches of ten.
+    #[arg(long)]
+    exact: bool,
     /// Parse only; print nothing but errors.
     #[arg(long)]
     check: bool,
@@ -109,6 +115,7 @@ fn run(cli: &Cli) -> Result<(), (Error, Option<Box<Engine>>)> {
         drop_caches: cli.drop_caches,
         pre_run: cli.pre_run.clone(),
         shutdown_timeout: Duration::from_secs(cli.shutdown_timeout),
+        exact: cli.exact,
     };
     let mut engine = Engine::new(&name, vars, opts);
     let r = engine.execute(&script);

@@ -5,7 +5,7 @@
 //! ```json
 //! {"tool": "xfilebench", "version": "0.1.0", "workload": "w.f", "seed": 1, "error": null,
 //!  "vars": {"dir": "/tmp"},
-//!  "runs": [{"line": 30, "elapsed_s": 5.0, "end": "timeout", "error": null, "threads": 1,
+//!  "runs": [{"line": 30, "elapsed_s": 5.0, "took_s": 5.0, "end": "timeout", "error": null, "threads": 1,
 //!            "summary": {"ops": 10, "ops_per_s": 2.0, "rd_per_s": 2.0, "wr_per_s": 0.0,
 //!                        "bytes": 40960, "mb_per_s": 0.0078, "ms_per_op": 0.1},
 //!            "cpu": {"user_s": 0.1, "sys_s": 0.2, "ns_per_op": 30000000.0},
@@ -73,7 +73,11 @@ struct FlowopDoc<'a> {
 #[derive(Debug, Serialize)]
 struct RunDoc<'a> {
     line: usize,
+    /// What the figures are divided by (Filebench's whole seconds for a
+    /// run that ended itself, unless --exact).
     elapsed_s: f64,
+    /// How long the run took.
+    took_s: f64,
     end: &'a str,
     error: Option<&'a str>,
     threads: usize,
@@ -128,6 +132,7 @@ impl<'a> From<&'a RunResult> for RunDoc<'a> {
         RunDoc {
             line: r.line,
             elapsed_s: r.elapsed_s,
+            took_s: r.took_s,
             end: &r.end,
             error: r.error.as_deref(),
             threads: r.threads,

@@ -1,70 +1,24 @@
 //! State the threads of a run share: the stop flag, why the run ended,
-//! semaphores, block/wakeup points, finish quotas and the event generator.
+//! semaphores ([`crate::sem`]), block/wakeup points and the event
+//! generator ([`crate::limit`]).
 //! Every wait here wakes up at least every [`TICK`] to look at the stop flag,
-//! so a run always ends within its run time plus a bounded shutdown.
+//! so a run always ends within its run time (if it has one) plus a bounded
+//! shutdown.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::ast::QuitMode;
+use crate::limit::EventGen;
+use crate::sem::SemPair;
 
 /// The longest any wait sleeps before it looks at the stop flag again.
 pub const TICK: Duration = Duration::from_millis(20);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A semaphore between `sempost` and `semblock`.
-#[derive(Debug, Default)]
-pub struct Sem {
-    value: Mutex<i64>,
-    cv: Condvar,
-}
-
-impl Sem {
-    /// Takes `n` units, waiting for them; false when the run stopped first.
-    pub fn block(&self, n: i64, stop: &AtomicBool) -> bool {
-        let mut v = lock(&self.value);
-        while *v < n {
-            if stop.load(Ordering::Relaxed) {
-                return false;
-            }
-            v = self
-                .cv
-                .wait_timeout(v, TICK)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        *v -= n;
-        self.cv.notify_all();
-        true
-    }
-
-    /// Adds `n` units; with `highwater`, first waits until the value is below
-    /// it. False when the run stopped first.
-    pub fn post(&self, n: i64, highwater: Option<i64>, stop: &AtomicBool) -> bool {
-        let mut v = lock(&self.value);
-        if let Some(hw) = highwater {
-            while *v >= hw {
-                if stop.load(Ordering::Relaxed) {
-                    return false;
-                }
-                v = self
-                    .cv
-                    .wait_timeout(v, TICK)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-        }
-        *v += n;
-        self.cv.notify_all();
-        true
-    }
-
-    pub fn value(&self) -> i64 {
-        *lock(&self.value)
-    }
 }
 
 /// A `block` flowop's wake-up point: `wakeup target=NAME` releases every
@@ -98,101 +52,12 @@ impl WakePoint {
     }
 }
 
-/// A finish quota (`finishoncount` / `finishonbytes` on a target flowop):
-/// the target claims its units before it runs, so exactly `limit` units are
-/// done over all threads.
-#[derive(Debug)]
-pub struct Quota {
-    pub limit: u64,
-    used: AtomicU64,
-}
-
-impl Quota {
-    pub fn new(limit: u64) -> Self {
-        Quota {
-            limit,
-            used: AtomicU64::new(0),
-        }
-    }
-
-    /// Claims up to `n` units; returns how many were granted (0: exhausted).
-    pub fn claim(&self, n: u64) -> u64 {
-        let mut cur = self.used.load(Ordering::Relaxed);
-        loop {
-            if cur >= self.limit {
-                return 0;
-            }
-            let grant = n.min(self.limit - cur);
-            match self.used.compare_exchange_weak(
-                cur,
-                cur + grant,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return grant,
-                Err(c) => cur = c,
-            }
-        }
-    }
-
-    pub fn exhausted(&self) -> bool {
-        self.used.load(Ordering::Relaxed) >= self.limit
-    }
-}
-
-/// `eventgen rate=N`: N events per second from the start of the run,
-/// consumed by `eventlimit` (1 each), `iopslimit`/`opslimit` (1 per
-/// operation) and `bwlimit` (1 per byte).
-#[derive(Debug)]
-pub struct EventGen {
-    rate: f64,
-    start: Mutex<Instant>,
-    consumed: Mutex<f64>,
-}
-
-impl EventGen {
-    pub fn new(rate: f64) -> Self {
-        EventGen {
-            rate,
-            start: Mutex::new(Instant::now()),
-            consumed: Mutex::new(0.0),
-        }
-    }
-
-    pub fn restart(&self) {
-        *lock(&self.start) = Instant::now();
-        *lock(&self.consumed) = 0.0;
-    }
-
-    /// Waits until `n` events are available and takes them.
-    pub fn consume(&self, n: f64, stop: &AtomicBool) -> bool {
-        if n <= 0.0 {
-            return true;
-        }
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return false;
-            }
-            let start = *lock(&self.start);
-            let mut c = lock(&self.consumed);
-            let avail = start.elapsed().as_secs_f64() * self.rate - *c;
-            if avail >= n {
-                *c += n;
-                return true;
-            }
-            drop(c);
-            let wait = Duration::from_secs_f64(((n - avail) / self.rate).max(0.0001));
-            std::thread::sleep(wait.min(TICK));
-        }
-    }
-}
-
 /// Why a thread stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum End {
     /// The run's stop flag.
     Stopped,
-    /// A finish quota was reached (Filebench's "done").
+    /// A finish condition was met (`finishoncount`, `finishonbytes`).
     Done,
     /// No file was left to pick (Filebench's "out of resources").
     NoResource(String),
@@ -210,12 +75,15 @@ pub struct Shared {
     pub live: AtomicUsize,
     /// Threads that ended with `Done`.
     pub done: AtomicUsize,
-    /// First reason that ends the whole run (out of resources, error).
+    /// First reason that ends the whole run (an error).
     pub abort: Mutex<Option<End>>,
+    /// The first "out of resources" of a thread (it is done).
+    pub norsc: Mutex<Option<String>>,
     pub errors: Mutex<Vec<String>>,
     pub changed: Condvar,
     pub changed_lock: Mutex<()>,
-    pub sems: HashMap<String, Arc<Sem>>,
+    /// Every thread's pair of each named `semblock`.
+    pub sems: HashMap<String, Vec<Arc<SemPair>>>,
     pub wakepoints: HashMap<String, Arc<WakePoint>>,
     pub events: Option<Arc<EventGen>>,
 }
@@ -255,10 +123,12 @@ impl Shared {
             End::Done => {
                 self.done.fetch_add(1, Ordering::AcqRel);
             }
-            End::NoResource(_) | End::Error(_) => {
-                if let End::Error(e) = end {
-                    lock(&self.errors).push(e.clone());
-                }
+            End::NoResource(m) => {
+                lock(&self.norsc).get_or_insert_with(|| m.clone());
+                self.done.fetch_add(1, Ordering::AcqRel);
+            }
+            End::Error(e) => {
+                lock(&self.errors).push(e.clone());
                 let mut a = lock(&self.abort);
                 if a.is_none() {
                     *a = Some(end.clone());
@@ -275,6 +145,29 @@ impl Shared {
         lock(&self.abort).clone()
     }
 
+    /// Why the run ends by itself now, if it does (Filebench's rules: an
+    /// error ends it; a thread done, by a finish condition or out of files,
+    /// ends it unless the quit mode is `alldone`; no thread left ends it).
+    pub fn end_reason(&self, mode: QuitMode) -> Option<String> {
+        if self.abort_reason().is_some() {
+            return Some("error".into());
+        }
+        let live = self.live.load(Ordering::Acquire);
+        let done = self.done.load(Ordering::Acquire);
+        if live > 0 && (done == 0 || mode == QuitMode::AllDone) {
+            return None;
+        }
+        let norsc = lock(&self.norsc).clone();
+        Some(match (mode, norsc) {
+            (QuitMode::AllDone, _) => "alldone".into(),
+            (QuitMode::FirstDone, Some(m)) => format!("firstdone ({m})"),
+            (QuitMode::FirstDone, None) => "firstdone".into(),
+            (QuitMode::Timeout, Some(m)) => format!("out of resources: {m}"),
+            (QuitMode::Timeout, None) if live == 0 => "alldone".into(),
+            (QuitMode::Timeout, None) => "done".into(),
+        })
+    }
+
     pub fn errors(&self) -> Vec<String> {
         lock(&self.errors).clone()
     }
@@ -283,31 +176,5 @@ impl Shared {
     pub fn wait_change(&self, d: Duration) {
         let g = lock(&self.changed_lock);
         let _ = self.changed.wait_timeout(g, d.min(TICK));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quota_grants_exactly_the_limit() {
-        let q = Quota::new(10);
-        assert_eq!(q.claim(4), 4);
-        assert_eq!(q.claim(4), 4);
-        assert_eq!(q.claim(4), 2);
-        assert_eq!(q.claim(1), 0);
-        assert!(q.exhausted());
-    }
-
-    #[test]
-    fn sem_block_gives_up_when_stopped() {
-        let s = Sem::default();
-        let stop = AtomicBool::new(true);
-        assert!(!s.block(1, &stop));
-        let go = AtomicBool::new(false);
-        assert!(s.post(2, None, &go));
-        assert!(s.block(2, &go));
-        assert_eq!(s.value(), 0);
     }
 }

@@ -1,8 +1,25 @@
 //! From the script to what runs: fileset specifications from `define
 //! fileset|file`, and the per-thread plans of compiled flowops (attributes
-//! resolved, names linked: semaphores, wake points, finish quotas).
+//! resolved, names linked: semaphores, wake points, limit and finish
+//! targets).
 
 use super::*;
+
+/// One thread instance's copy of its flowops: every thread's semblock gets
+/// a semaphore pair of its own (registered by name in `shared`).
+fn instance_ops(ops: &[Op], shared: &mut Shared) -> Vec<Op> {
+    let mut ops = ops.to_vec();
+    for op in ops.iter_mut().filter(|o| o.kind == FlowopKind::SemBlock) {
+        let pair = Arc::new(SemPair::new(op.highwater.unwrap_or(1)));
+        shared
+            .sems
+            .entry(op.name.clone())
+            .or_default()
+            .push(pair.clone());
+        op.sem = Some(pair);
+    }
+    ops
+}
 
 /// What differs for a thread's `memsize=`.
 const MEMSIZE_DIFF: &str =
@@ -136,93 +153,36 @@ impl Engine {
         if defs.is_empty() {
             return Err(self.err(1, "no process is defined"));
         }
+        let pacing = if self.opts.exact {
+            crate::limit::Pacing::Exact
+        } else {
+            crate::limit::Pacing::Filebench
+        };
         let events = match &self.eventgen {
             Some((line, e)) => {
                 let rate = self.vars.number(e).map_err(|m| self.err(*line, m))?;
-                if rate <= 0.0 {
-                    None
-                } else {
-                    Some(Arc::new(EventGen::new(rate)))
-                }
+                EventGen::new(rate, pacing).map(Arc::new)
             }
             None => None,
         };
         shared.events = events.clone();
-        // Pass 1: named semaphores, wake points and finish quotas.
-        let mut quotas: HashMap<String, (Arc<Quota>, bool)> = HashMap::new();
-        for (_, _, threads) in &defs {
-            for t in threads {
-                for (k, f) in t.flowops.iter().enumerate() {
-                    let name = self
-                        .attr_text(&f.attrs, "name", f.line)?
-                        .unwrap_or_default();
-                    match f.kind {
-                        FlowopKind::SemBlock => {
-                            shared
-                                .sems
-                                .entry(name)
-                                .or_insert_with(|| Arc::new(Sem::default()));
-                        }
-                        FlowopKind::Block => {
-                            shared
-                                .wakepoints
-                                .entry(name)
-                                .or_insert_with(|| Arc::new(WakePoint::default()));
-                        }
-                        FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
-                            let value =
-                                self.attr_num(&f.attrs, "value", f.line)?.ok_or_else(|| {
-                                    self.err(f.line, format!("{} needs value=…", f.kind.name()))
-                                })?;
-                            let target = match self.attr_text(&f.attrs, "target", f.line)? {
-                                Some(t) => t,
-                                None => self
-                                    .attr_text(&t.flowops[0].attrs, "name", f.line)?
-                                    .unwrap_or_default(),
-                            };
-                            if !t.flowops[..k].iter().chain(&t.flowops[k + 1..]).any(|o| {
-                                self.attr_text(&o.attrs, "name", o.line)
-                                    .ok()
-                                    .flatten()
-                                    .as_deref()
-                                    == Some(&target)
-                            }) {
-                                return Err(self.err(
-                                    f.line,
-                                    format!(
-                                        "{}: no flowop named {target} in this thread",
-                                        f.kind.name()
-                                    ),
-                                ));
-                            }
-                            if quotas.contains_key(&target) {
-                                return Err(self.err(
-                                    f.line,
-                                    format!("flowop {target} already has a finish condition"),
-                                ));
-                            }
-                            let bytes = f.kind == FlowopKind::FinishOnBytes;
-                            quotas.insert(
-                                target,
-                                (Arc::new(Quota::new(value.round() as u64)), bytes),
-                            );
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        // Pass 2: the thread plans.
+        self.link_names(&defs, shared)?;
         let mut plans = Vec::new();
         let mut later_warnings: Vec<(usize, &str, &str)> = Vec::new();
         for (pline, pattrs, threads) in &defs {
             let pname = self.attr_text(pattrs, "name", *pline)?.unwrap_or_default();
             let pinst = self.attr_num(pattrs, "instances", *pline)?.unwrap_or(1.0) as u64;
+            // One set of counts per process instance, shared by its threads.
+            let procs: Vec<(u64, Arc<ProcCounts>)> =
+                (0..pinst.max(1)).map(|p| (p, Arc::default())).collect();
             for t in threads {
                 let tname = self
                     .attr_text(&t.attrs, "name", t.line)?
                     .unwrap_or_default();
                 let tinst = self.attr_num(&t.attrs, "instances", t.line)?.unwrap_or(1.0) as u64;
+                if pinst == 0 || tinst == 0 {
+                    return Err(self.err(t.line, "instances must be at least 1"));
+                }
                 let memsize = self
                     .attr_num(&t.attrs, "memsize", t.line)?
                     .map(|m| m as u64)
@@ -233,47 +193,130 @@ impl Engine {
                 if let Some(a) = t.attrs.get("useism") {
                     later_warnings.push((a.line, "useism", USEISM_DIFF));
                 }
-                let mut ops = Vec::new();
-                let mut open: Vec<usize> = Vec::new();
-                for f in &t.flowops {
-                    let mut op = self.compile_op(f, &t.flowops, shared, &quotas, &events)?;
-                    match f.kind {
-                        FlowopKind::Composite => {
-                            open.push(ops.len());
-                            // The passes belong to the end marker.
-                            op.repeat = Some((ops.len(), op.iters));
-                            op.iters = 1;
-                        }
-                        FlowopKind::CompositeEnd => {
-                            let begin = open.pop().ok_or_else(|| {
-                                self.err(f.line, "composite flowop end without a start")
-                            })?;
-                            let start: &mut Op = &mut ops[begin];
-                            op.repeat = start.repeat.take().map(|(_, n)| (begin, n));
-                        }
-                        _ => {}
-                    }
-                    ops.push(op);
-                }
-                for p in 0..pinst.max(1) {
-                    for i in 0..tinst.max(1) {
+                let ops = self.thread_ops(t, shared, &events)?;
+                for (p, proc) in &procs {
+                    for i in 0..tinst {
                         plans.push(ThreadPlan {
                             file: self.file.clone(),
                             label: format!("{pname}.{p}/{tname}.{i}"),
                             memsize,
-                            ops: ops.clone(),
+                            ops: instance_ops(&ops, shared),
+                            proc: proc.clone(),
                         });
                     }
-                }
-                if pinst == 0 || tinst == 0 {
-                    return Err(self.err(t.line, "instances must be at least 1"));
                 }
             }
         }
         for (line, what, why) in later_warnings {
             self.warn(line, what, why);
         }
+        // A sempost posts to every thread's semblock of its target.
+        for op in plans.iter_mut().flat_map(|p| p.ops.iter_mut()) {
+            if op.kind == FlowopKind::SemPost {
+                let pairs = op.target.as_ref().and_then(|t| shared.sems.get(t));
+                op.sem_targets = pairs.map(|v| Arc::from(v.clone()));
+            }
+        }
         Ok(plans)
+    }
+
+    /// Pass 1 over every thread: the names of semblocks and block flowops.
+    fn link_names(
+        &self,
+        defs: &[(usize, Attrs, Vec<ThreadDef>)],
+        shared: &mut Shared,
+    ) -> Result<(), Error> {
+        for t in defs.iter().flat_map(|(_, _, threads)| threads) {
+            for f in &t.flowops {
+                let name = self
+                    .attr_text(&f.attrs, "name", f.line)?
+                    .unwrap_or_default();
+                match f.kind {
+                    FlowopKind::SemBlock => {
+                        shared.sems.entry(name).or_default();
+                    }
+                    FlowopKind::Block => {
+                        shared
+                            .wakepoints
+                            .entry(name)
+                            .or_insert_with(|| Arc::new(WakePoint::default()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The compiled flowops of one thread definition (composites linked,
+    /// limit targets resolved).
+    fn thread_ops(
+        &self,
+        t: &ThreadDef,
+        shared: &Shared,
+        events: &Option<Arc<EventGen>>,
+    ) -> Result<Vec<Op>, Error> {
+        let mut ops: Vec<Op> = Vec::new();
+        let mut open: Vec<usize> = Vec::new();
+        for f in &t.flowops {
+            let mut op = self.compile_op(f, shared, events)?;
+            match f.kind {
+                FlowopKind::Composite => {
+                    open.push(ops.len());
+                    // The passes belong to the end marker.
+                    op.repeat = Some((ops.len(), op.iters));
+                    op.iters = 1;
+                }
+                FlowopKind::CompositeEnd => {
+                    let begin = open
+                        .pop()
+                        .ok_or_else(|| self.err(f.line, "composite flowop end without a start"))?;
+                    let start: &mut Op = &mut ops[begin];
+                    op.repeat = start.repeat.take().map(|(_, n)| (begin, n));
+                }
+                _ => {}
+            }
+            ops.push(op);
+        }
+        self.link_targets(&mut ops)?;
+        Ok(ops)
+    }
+
+    /// Resolves the `target=` of the limit and finish flowops of one
+    /// thread: a flowop of the same thread; `iopslimit`, `bwlimit` and
+    /// `finishonbytes` need one that reads or writes (Filebench stops the run
+    /// otherwise).
+    fn link_targets(&self, ops: &mut [Op]) -> Result<(), Error> {
+        for k in 0..ops.len() {
+            let op = &ops[k];
+            let limit = matches!(
+                op.kind,
+                FlowopKind::IopsLimit
+                    | FlowopKind::OpsLimit
+                    | FlowopKind::BwLimit
+                    | FlowopKind::FinishOnCount
+                    | FlowopKind::FinishOnBytes
+            );
+            let Some(t) = op.target.as_ref().filter(|_| limit) else {
+                continue;
+            };
+            let Some(j) = ops.iter().position(|o| &o.name == t) else {
+                return Err(self.err(
+                    op.line,
+                    format!("{}: no flowop named {t} in this thread", op.kind.name()),
+                ));
+            };
+            let io = ops[j].kind.is_read() || ops[j].kind.is_write();
+            let any = matches!(op.kind, FlowopKind::OpsLimit | FlowopKind::FinishOnCount);
+            if !any && !io {
+                return Err(self.err(
+                    op.line,
+                    format!("{}: flowop {t} does no reads or writes", op.kind.name()),
+                ));
+            }
+            ops[k].target_op = Some(j);
+        }
+        Ok(())
     }
 
     fn attr_text(&self, attrs: &Attrs, name: &str, _line: usize) -> Result<Option<String>, Error> {
@@ -377,14 +420,82 @@ impl Engine {
     fn compile_op(
         &self,
         f: &FlowopDef,
-        all: &[FlowopDef],
         shared: &Shared,
-        quotas: &HashMap<String, (Arc<Quota>, bool)>,
         events: &Option<Arc<EventGen>>,
     ) -> Result<Op, Error> {
         let a = &f.attrs;
         let line = f.line;
         let name = self.attr_text(a, "name", line)?.unwrap_or_default();
+        let (fileset, fd) = self.op_fileset(f, &name)?;
+        let wholefile = matches!(
+            f.kind,
+            FlowopKind::ReadWholeFile | FlowopKind::WriteWholeFile
+        );
+        let default_io = if wholefile {
+            DEFAULT_WHOLEFILE_IOSIZE
+        } else {
+            DEFAULT_IOSIZE
+        };
+        let (iosize, iosize_dist) = self.io_size_attr(a, default_io)?;
+        let (indexed, indexed_dist) = self.maybe_random_attr(a, "indexed")?;
+        let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
+        let target = self.attr_text(a, "target", line)?;
+        let wake = self.op_links(f, &name, &target, shared)?;
+        let finish = matches!(
+            f.kind,
+            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes
+        );
+        if finish && !a.has("value") {
+            return Err(self.err(line, format!("{} needs value=…", f.kind.name())));
+        }
+        // Without an eventgen rate a limit flowop does nothing (Filebench).
+        let is_limit = matches!(
+            f.kind,
+            FlowopKind::EventLimit
+                | FlowopKind::IopsLimit
+                | FlowopKind::OpsLimit
+                | FlowopKind::BwLimit
+        );
+        let highwater = self.attr_num(a, "highwater", line)?.map(|v| v as i64);
+        Ok(Op {
+            line,
+            name: name.clone(),
+            kind: f.kind,
+            fileset,
+            // No fd=: Filebench's default descriptor of the thread, 0.
+            fd: fd.unwrap_or(0),
+            srcfd: self.attr_num(a, "srcfd", line)?.map(|v| v as usize),
+            iosize,
+            iosize_dist,
+            repeat: None,
+            random: self.attr_flag(a, "random")?,
+            workingset: self.attr_num(a, "workingset", line)?.unwrap_or(0.0) as u64,
+            dsync: self.attr_flag(a, "dsync")?,
+            directio: self.attr_flag(a, "directio")?,
+            opennext: self.attr_flag(a, "opennext")?,
+            iters: self.attr_num(a, "iters", line)?.unwrap_or(1.0).max(1.0) as u64,
+            indexed: indexed.map(|v| v as u64),
+            indexed_dist,
+            value,
+            highwater,
+            blocking: self.attr_flag(a, "blocking")?,
+            target,
+            target_op: None,
+            sem: None,
+            sem_targets: None,
+            wake,
+            events: if is_limit { events.clone() } else { None },
+        })
+    }
+
+    /// A flowop's fileset (`filesetname=` or `filename=`) and `fd=`; the
+    /// flowops that pick files need a fileset (but `deletefile fd=N`).
+    fn op_fileset(
+        &self,
+        f: &FlowopDef,
+        name: &str,
+    ) -> Result<(Option<usize>, Option<usize>), Error> {
+        let (a, line) = (&f.attrs, f.line);
         let fsname = match self.attr_text(a, "filesetname", line)? {
             Some(n) => Some(n),
             None => self.attr_text(a, "filename", line)?,
@@ -420,36 +531,32 @@ impl Engine {
                 format!("flowop {name}: {} needs filesetname=…", f.kind.name()),
             ));
         }
-        let wholefile = matches!(
-            f.kind,
-            FlowopKind::ReadWholeFile | FlowopKind::WriteWholeFile
-        );
-        let default_io = if wholefile {
-            DEFAULT_WHOLEFILE_IOSIZE
-        } else {
-            DEFAULT_IOSIZE
-        };
-        let (iosize, iosize_dist) = self.io_size_attr(a, default_io)?;
-        let (indexed, indexed_dist) = self.maybe_random_attr(a, "indexed")?;
-        let value = self.attr_num(a, "value", line)?.unwrap_or(0.0);
-        let target = self.attr_text(a, "target", line)?;
-        let sem = match f.kind {
-            FlowopKind::SemBlock => shared.sems.get(&name).cloned(),
-            FlowopKind::SemPost => {
-                let t = target
-                    .clone()
-                    .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
-                Some(shared.sems.get(&t).cloned().ok_or_else(|| {
-                    self.err(
-                        line,
-                        format!("sempost {name}: no semblock flowop named {t}"),
-                    )
-                })?)
+        Ok((fileset, fd))
+    }
+
+    /// What a flowop's name or `target=` links it to: a sempost's semblock
+    /// (checked here, linked per thread later), a block/wakeup's wake point.
+    fn op_links(
+        &self,
+        f: &FlowopDef,
+        name: &str,
+        target: &Option<String>,
+        shared: &Shared,
+    ) -> Result<Option<Arc<WakePoint>>, Error> {
+        let line = f.line;
+        if f.kind == FlowopKind::SemPost {
+            let t = target
+                .clone()
+                .ok_or_else(|| self.err(line, format!("sempost {name} needs target=…")))?;
+            if !shared.sems.contains_key(&t) {
+                return Err(self.err(
+                    line,
+                    format!("sempost {name}: no semblock flowop named {t}"),
+                ));
             }
-            _ => None,
-        };
+        }
         let wake = match f.kind {
-            FlowopKind::Block => shared.wakepoints.get(&name).cloned(),
+            FlowopKind::Block => shared.wakepoints.get(name).cloned(),
             FlowopKind::Wakeup => {
                 let t = target
                     .clone()
@@ -460,54 +567,6 @@ impl Engine {
             }
             _ => None,
         };
-        let finish = match f.kind {
-            FlowopKind::FinishOnCount | FlowopKind::FinishOnBytes => {
-                let t = match &target {
-                    Some(t) => t.clone(),
-                    None => self
-                        .attr_text(&all[0].attrs, "name", line)?
-                        .unwrap_or_default(),
-                };
-                quotas.get(&t).map(|(q, _)| q.clone())
-            }
-            _ => None,
-        };
-        // Without an eventgen rate a limit flowop does nothing (Filebench).
-        let is_limit = matches!(
-            f.kind,
-            FlowopKind::EventLimit
-                | FlowopKind::IopsLimit
-                | FlowopKind::OpsLimit
-                | FlowopKind::BwLimit
-        );
-        let highwater = self.attr_num(a, "highwater", line)?.map(|v| v as i64);
-        Ok(Op {
-            line,
-            name: name.clone(),
-            kind: f.kind,
-            fileset,
-            // No fd=: Filebench's default descriptor of the thread, 0.
-            fd: fd.unwrap_or(0),
-            srcfd: self.attr_num(a, "srcfd", line)?.map(|v| v as usize),
-            iosize,
-            iosize_dist,
-            repeat: None,
-            random: self.attr_flag(a, "random")?,
-            workingset: self.attr_num(a, "workingset", line)?.unwrap_or(0.0) as u64,
-            dsync: self.attr_flag(a, "dsync")?,
-            directio: self.attr_flag(a, "directio")?,
-            opennext: self.attr_flag(a, "opennext")?,
-            iters: self.attr_num(a, "iters", line)?.unwrap_or(1.0).max(1.0) as u64,
-            indexed: indexed.map(|v| v as u64),
-            indexed_dist,
-            value,
-            highwater,
-            blocking: self.attr_flag(a, "blocking")?,
-            quota: quotas.get(&name).cloned(),
-            finish,
-            sem,
-            wake,
-            events: if is_limit { events.clone() } else { None },
-        })
+        Ok(wake)
     }
 }

@@ -1,12 +1,13 @@
 //! Runs a parsed workload statement by statement: variables, filesets,
 //! processes (thread instances), runs and their statistics.
 //!
-//! A run ends at its run time, or earlier when the quit mode says so
-//! (`firstdone`: the first thread done; `alldone`: every thread done), when a
-//! flowop runs out of files to pick (Filebench's "out of resources"), or on
-//! the first error. Then every thread is told to stop; they look at the stop
-//! flag between operations and inside every wait, and the run waits at most
-//! [`Options::shutdown_timeout`] for them before it reports an error.
+//! A run ends at its run time or earlier by itself, as Filebench's (see
+//! `run.rs`): on the first error, when a thread is done (a finish condition
+//! or no file left to pick, Filebench's "out of resources") unless the quit
+//! mode is `alldone`, or when no thread is left. Then every thread is told to
+//! stop; they look at the stop flag between operations and inside every
+//! wait, and the run waits at most [`Options::shutdown_timeout`] for them
+//! before it reports an error.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,12 +20,15 @@ use crate::ast::*;
 use crate::error::Error;
 use crate::fileset::{Fileset, FilesetSpec};
 use crate::flowop::{Op, ThreadPlan, Worker};
+use crate::limit::{EventGen, ProcCounts};
 use crate::rng::Rng;
-use crate::shared::{End, EventGen, Quota, Sem, Shared, WakePoint};
+use crate::sem::SemPair;
+use crate::shared::{Shared, WakePoint};
 use crate::stats::{summarize, FlowopResult, OpStats, Summary};
 use crate::value::{Value, Vars};
 
 mod compile;
+mod run;
 
 /// Defaults of attributes a workload may leave out.
 pub const DEFAULT_RUNTIME_S: f64 = 60.0;
@@ -49,6 +53,10 @@ pub struct Options {
     pub pre_run: Option<String>,
     /// How long stopping the threads of a run may take.
     pub shutdown_timeout: Duration,
+    /// Exact figures instead of Filebench's artefacts: a run that ends
+    /// itself is divided by the time it took (not by whole seconds), and
+    /// the event generator posts every event on time (not in batches).
+    pub exact: bool,
 }
 
 impl Default for Options {
@@ -59,6 +67,7 @@ impl Default for Options {
             drop_caches: false,
             pre_run: None,
             shutdown_timeout: Duration::from_secs(30),
+            exact: false,
         }
     }
 }
@@ -67,7 +76,11 @@ impl Default for Options {
 #[derive(Debug, Clone)]
 pub struct RunResult {
     pub line: usize,
+    /// The seconds the figures are divided by (Filebench's count; see
+    /// `counted_seconds` in engine/run.rs).
     pub elapsed_s: f64,
+    /// The seconds the run took.
+    pub took_s: f64,
     pub threads: usize,
     /// Why it ended: "timeout", "firstdone", "alldone", "out of resources: …",
     /// "error", "snap".
@@ -203,24 +216,7 @@ impl Engine {
                         self.eventgen = Some((line, v.clone()));
                     }
                 }
-                StmtKind::Run(rt) => {
-                    let secs = match rt {
-                        Some(e) => self.vars.number(e).map_err(ev)?,
-                        None => DEFAULT_RUNTIME_S,
-                    };
-                    self.run(line, secs, None)?;
-                }
-                StmtKind::Psrun { interval, runtime } => {
-                    let secs = match runtime {
-                        Some(e) => self.vars.number(e).map_err(ev)?,
-                        None => DEFAULT_RUNTIME_S,
-                    };
-                    let iv = match interval {
-                        Some(e) => self.vars.number(e).map_err(ev)?,
-                        None => 10.0,
-                    };
-                    self.run(line, secs, Some(iv.max(0.1)))?;
-                }
+                StmtKind::Run(_) | StmtKind::Psrun { .. } => self.run_statement(line, &st.kind)?,
                 StmtKind::Create(CreateWhat::Files) => self.create_filesets(line)?,
                 StmtKind::Create(CreateWhat::Processes) => {
                     self.create_filesets(line)?;
@@ -255,24 +251,52 @@ impl Engine {
                     self.usage.push(t);
                 }
                 StmtKind::EnableLathist => self.lathist = true,
-                StmtKind::System(e) => {
-                    let cmd = self.vars.text(e).map_err(ev)?;
-                    self.say(format!("system: {cmd}"));
-                    let st = std::process::Command::new("/bin/sh")
-                        .arg("-c")
-                        .arg(&cmd)
-                        .status()
-                        .map_err(|e| self.err(line, format!("system: cannot run sh: {e}")))?;
-                    if !st.success() {
-                        self.say(format!("system: '{cmd}' exited with {st}"));
-                    }
-                }
+                StmtKind::System(e) => self.system(line, e)?,
                 StmtKind::Quit => break,
                 StmtKind::DefineComposite => {}
                 StmtKind::Vars | StmtKind::List | StmtKind::Unhonoured { .. } => {
                     self.inspect(line, &st.kind)
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// `run [N]` and `psrun [-I] [N]`.
+    fn run_statement(&mut self, line: usize, kind: &StmtKind) -> Result<(), Error> {
+        let ev = |e: String| Error::run(&self.file, line, e);
+        let (runtime, interval) = match kind {
+            StmtKind::Run(rt) => (rt, None),
+            StmtKind::Psrun { interval, runtime } => (runtime, Some(interval)),
+            _ => return Ok(()),
+        };
+        let secs = match runtime {
+            Some(e) => Some(self.vars.number(e).map_err(ev)?),
+            None => self.default_runtime(),
+        };
+        let iv = match interval {
+            Some(Some(e)) => Some(self.vars.number(e).map_err(ev)?.max(0.1)),
+            Some(None) => Some(10.0),
+            None => None,
+        };
+        self.run(line, secs, iv)
+    }
+
+    /// `system "CMD"`: runs it with `/bin/sh -c`; a failure is reported, not
+    /// an error (as Filebench).
+    fn system(&mut self, line: usize, e: &crate::ast::Expr) -> Result<(), Error> {
+        let cmd = self
+            .vars
+            .text(e)
+            .map_err(|m| Error::run(&self.file, line, m))?;
+        self.say(format!("system: {cmd}"));
+        let st = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&cmd)
+            .status()
+            .map_err(|e| self.err(line, format!("system: cannot run sh: {e}")))?;
+        if !st.success() {
+            self.say(format!("system: '{cmd}' exited with {st}"));
         }
         Ok(())
     }
@@ -337,9 +361,7 @@ impl Engine {
         while Instant::now() < until {
             match &self.running {
                 Some(r) => {
-                    if r.shared.abort_reason().is_some()
-                        || r.shared.live.load(Ordering::Acquire) == 0
-                    {
+                    if r.shared.end_reason(self.mode).is_some() {
                         break;
                     }
                     r.shared.wait_change(until - Instant::now());
@@ -424,6 +446,7 @@ impl Engine {
             return RunResult {
                 line,
                 elapsed_s: 0.0,
+                took_s: 0.0,
                 threads: 0,
                 end,
                 error: None,
@@ -455,6 +478,7 @@ impl Engine {
         RunResult {
             line,
             elapsed_s,
+            took_s: r.clear_at.elapsed().as_secs_f64(),
             threads: r.threads.len(),
             end,
             error: if errors.is_empty() {
@@ -480,123 +504,6 @@ impl Engine {
             }
         }
         self.say(r.summary.line());
-    }
-
-    fn run(&mut self, line: usize, secs: f64, interval: Option<f64>) -> Result<(), Error> {
-        if self.running.is_some() {
-            return Err(self.err(
-                line,
-                "run: processes are already running (shutdown processes first)",
-            ));
-        }
-        self.create_filesets(line)?;
-        if self.opts.drop_caches {
-            crate::sys::drop_caches()
-                .map_err(|e| self.err(line, format!("dropping caches: {e}")))?;
-            self.say("Dropped the kernel caches");
-        }
-        if let Some(cmd) = self.opts.pre_run.clone() {
-            let st = std::process::Command::new("/bin/sh")
-                .arg("-c")
-                .arg(&cmd)
-                .status()
-                .map_err(|e| self.err(line, format!("pre-run command: {e}")))?;
-            if !st.success() {
-                return Err(self.err(line, format!("pre-run command '{cmd}' failed: {st}")));
-            }
-        }
-        self.start_processes(line)?;
-        self.say(format!("Running for {secs} seconds..."));
-        let (shared, t0) = {
-            let r = self
-                .running
-                .as_mut()
-                .ok_or_else(|| Error::run(&self.file, line, "no processes"))?;
-            for t in &r.threads {
-                for s in lock(&t.stats).iter_mut() {
-                    *s = OpStats::default();
-                }
-            }
-            r.cpu_at = crate::sys::cpu_times();
-            r.clear_at = Instant::now();
-            r.shared.start();
-            (r.shared.clone(), r.clear_at)
-        };
-        let deadline = t0 + Duration::from_secs_f64(secs.max(0.0));
-        let mut next_progress = interval.map(|i| t0 + Duration::from_secs_f64(i));
-        let end = loop {
-            if let Some(a) = shared.abort_reason() {
-                break match a {
-                    End::NoResource(m) => format!("out of resources: {m}"),
-                    End::Error(_) => "error".to_string(),
-                    _ => "aborted".to_string(),
-                };
-            }
-            let live = shared.live.load(Ordering::Acquire);
-            let done = shared.done.load(Ordering::Acquire);
-            if live == 0 {
-                break "alldone".to_string();
-            }
-            if self.mode == QuitMode::FirstDone && done > 0 {
-                break "firstdone".to_string();
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break "timeout".to_string();
-            }
-            if let Some(p) = next_progress {
-                if now >= p {
-                    let snap = self.snapshot(line, String::new(), None);
-                    self.say(format!(
-                        "{:.0} s: {} ops, {:.1} ops/s",
-                        now.duration_since(t0).as_secs_f64(),
-                        snap.summary.ops,
-                        snap.summary.ops_per_s
-                    ));
-                    next_progress = interval.map(|i| p + Duration::from_secs_f64(i));
-                }
-            }
-            shared.wait_change(deadline - now);
-        };
-        let elapsed = t0.elapsed().as_secs_f64();
-        shared.stop.store(true, Ordering::Release);
-        let stopped = self.join(line);
-        let result = self.snapshot(line, end.clone(), Some(elapsed));
-        self.say(format!("Run took {elapsed:.3} seconds ({end})"));
-        self.report(&result);
-        let error = result.error.clone();
-        self.runs.push(result);
-        self.running = None;
-        self.say("Shutting down processes");
-        stopped?;
-        match error {
-            Some(e) => Err(self.err(line, format!("the run failed: {e}"))),
-            None => Ok(()),
-        }
-    }
-
-    /// Waits for the threads of the running processes to end (bounded).
-    fn join(&mut self, line: usize) -> Result<(), Error> {
-        let Some(r) = self.running.as_mut() else {
-            return Ok(());
-        };
-        let deadline = Instant::now() + self.opts.shutdown_timeout;
-        while r.shared.live.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-            r.shared.wait_change(deadline - Instant::now());
-        }
-        let left = r.shared.live.load(Ordering::Acquire);
-        if left > 0 {
-            let t = self.opts.shutdown_timeout.as_secs_f64();
-            return Err(Error::run(
-                &self.file,
-                line,
-                format!("{left} threads did not stop within {t:.0} s"),
-            ));
-        }
-        for h in r.handles.drain(..) {
-            let _ = h.join();
-        }
-        Ok(())
     }
 
     fn stop_processes(&mut self, line: usize) -> Result<(), Error> {
