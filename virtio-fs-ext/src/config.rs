@@ -67,9 +67,11 @@ impl From<CacheMode> for xvfs_fs::CachePolicy {
 /// How the daemon confines itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum SandboxMode {
-    /// New mount, network and IPC namespaces; the shared directory becomes `/` (pivot_root).
+    /// New PID, mount, network and IPC namespaces; a bind mount of the shared directory
+    /// becomes `/` (pivot_root) and is opened from inside; /proc is the daemon's own fds.
     Namespace,
-    /// chroot(2) into the shared directory (for containers without namespace rights).
+    /// chroot(2) into the shared directory (containers without namespace rights; the host's
+    /// /proc and mount stay reachable to a compromised daemon, see docs/security.md).
     Chroot,
     /// No sandbox (the file system layer still confines every path).
     None,
