@@ -88,7 +88,7 @@ impl Setup {
             .env("XVFS_ATTACK_VICTIM", self.victim.id().to_string());
     }
 
-    fn start(&self, extra: &[&str]) -> Child {
+    fn start(&self, extra: &[&str]) -> Running {
         let log = std::fs::File::create(&self.log).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvirtiofsd"));
         cmd.args(self.args(extra))
@@ -96,7 +96,7 @@ impl Setup {
             .stdout(Stdio::null())
             .stderr(log);
         self.attacker_env(&mut cmd);
-        let child = cmd.spawn().unwrap();
+        let child = Running(cmd.spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.sock.exists() {
             assert!(Instant::now() < deadline, "daemon did not listen");
@@ -113,6 +113,17 @@ impl Setup {
         let s = xvirtiofsd::control::query_status(&self.ctl).expect("status");
         let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap();
         v["serving_pid"].as_u64().expect("serving_pid") as u32
+    }
+}
+
+/// The daemon started; killed (the supervisor passes SIGKILL's effect on:
+/// its child dies with it) when the test ends, passed or not.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -284,11 +295,6 @@ fn check_all(s: &Setup, vmm: &mut Vmm, lifecycle: &str) {
     assert_eq!(err, 0, "{lifecycle}: still serving");
 }
 
-fn stop(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 #[test]
 fn fresh_start_and_live_upgrade_hold_the_attacker() {
     let s = Setup::new("upgrade");
@@ -314,7 +320,7 @@ fn fresh_start_and_live_upgrade_hold_the_attacker() {
     );
     check_all(&s, &mut vmm, "after a live upgrade");
     drop(vmm);
-    stop(child);
+    drop(child);
 }
 
 #[test]
@@ -343,7 +349,7 @@ fn crash_restart_holds_the_attacker() {
     );
     check_all(&s, &mut vmm, "after a crash restart");
     drop(vmm);
-    stop(child);
+    drop(child);
 }
 
 /// Control: without the sandbox, the same LOOKUP ".." does reach the
@@ -360,5 +366,5 @@ fn without_the_sandbox_the_moved_out_lookup_escapes() {
         std::fs::metadata(s.outside.join("secret")).unwrap().ino()
     );
     drop(vmm);
-    stop(child);
+    drop(child);
 }
