@@ -322,7 +322,7 @@ const ALLOWED: &[libc::c_long] = &[
 /// With `refusing` (a crash-restart holder that gave up and only answers
 /// EIO), every file-system call of [`FILE_OPS`] fails with EACCES.
 ///
-/// Each is one filter of its own that answers the errno on a match and
+/// The calls of one errno make one filter that answers it on a match and
 /// allows everything else; the kernel runs every installed filter and keeps
 /// the strictest answer, so the main filter only lists these calls as
 /// allowed.
@@ -459,8 +459,8 @@ fn build(mismatch: Act, profile: Profile) -> Result<Vec<Vec<libc::sock_filter>>,
         .collect();
     let arch = TargetArch::x86_64;
     let mut filters = Vec::new();
-    for (nr, rules, errno) in restricted {
-        let rules = BTreeMap::from([(nr, rules)]);
+    // One filter per errno (every call runs through each installed one).
+    for (errno, rules) in by_errno(restricted) {
         let errno = Act::Errno(errno as u32);
         filters.push(SeccompFilter::new(rules, Act::Allow, errno, arch)?);
     }
@@ -481,6 +481,15 @@ fn build(mismatch: Act, profile: Profile) -> Result<Vec<Vec<libc::sock_filter>>,
                 .collect())
         })
         .collect()
+}
+
+/// The restricted calls grouped by the errno they answer.
+fn by_errno(restricted: Restricted) -> BTreeMap<i32, BTreeMap<i64, Vec<SeccompRule>>> {
+    let mut groups: BTreeMap<i32, BTreeMap<i64, Vec<SeccompRule>>> = BTreeMap::new();
+    for (nr, rules, errno) in restricted {
+        groups.entry(errno).or_default().insert(nr, rules);
+    }
+    groups
 }
 
 /// Installs the filters chosen with `--seccomp` on every thread.
@@ -522,7 +531,9 @@ mod tests {
                 (Profile::Refusing, true),
             ] {
                 let progs = program_with(action, profile).expect("filters build");
-                assert_eq!(progs.len(), 1 + restricted(1, refusing).unwrap().len());
+                let groups = by_errno(restricted(1, refusing).unwrap()).len();
+                assert_eq!(progs.len(), 1 + groups);
+                assert_eq!(groups, if refusing { 4 } else { 3 });
                 for p in &progs {
                     assert!(p.iter().any(|i| i.k == AUDIT_ARCH_X86_64));
                     assert!(p.len() < 4096);
