@@ -130,11 +130,7 @@ pub fn prepare(opt: &Opt, shared_dir: &Path, extra_caps: u64) -> Result<Prepared
     let cfg = config_state(opt, shared_dir);
     let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
     let notifier = Notifier::from_env();
-    let metrics = cfg
-        .metrics_file
-        .as_ref()
-        .map(|p| MetricsWriter::open(Path::new(p)).map_err(|e| ConfineError::Metrics(p.into(), e)))
-        .transpose()?;
+    let metrics = open_metrics(&cfg)?;
     let dev_null = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/null")
@@ -148,6 +144,14 @@ pub fn prepare(opt: &Opt, shared_dir: &Path, extra_caps: u64) -> Result<Prepared
         notifier,
         dev_null,
     })
+}
+
+/// `--metrics-file`, opened (its path only exists outside the sandbox).
+pub fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, ConfineError> {
+    c.metrics_file
+        .as_ref()
+        .map(|p| MetricsWriter::open(Path::new(p)).map_err(|e| ConfineError::Metrics(p.into(), e)))
+        .transpose()
 }
 
 /// The capabilities `opt` keeps: [`caps::DEFAULT`] changed by `--modcaps`,

@@ -18,7 +18,7 @@ use xvfs_fs::PassthroughFs;
 use crate::checkpoint::HolderLink;
 use crate::cli::{self, Opt, SandboxMode};
 use crate::confine::Prepared;
-use crate::confine::{confine, CAP_DAC_READ_SEARCH};
+use crate::confine::{caps_mask, confine, open_metrics, CAP_DAC_READ_SEARCH};
 use crate::control::{self, StatusInfo};
 use crate::metrics_file::{MetricsHandle, MetricsWriter};
 use crate::queue::measure_wake_cost;
@@ -54,8 +54,6 @@ pub enum SetupError {
     BadFd(i32, #[source] std::io::Error),
     #[error("unknown group `{0}`")]
     UnknownGroup(String),
-    #[error("metrics file {0}")]
-    Metrics(PathBuf, #[source] std::io::Error),
     #[error("confinement")]
     Confine(#[from] crate::confine::ConfineError),
     #[error("capabilities")]
@@ -553,17 +551,6 @@ fn take_pid_files(pid_files: Vec<OwnedFd>) -> Vec<RawFd> {
         });
     }
     raw
-}
-
-pub(crate) fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, SetupError> {
-    c.metrics_file
-        .as_ref()
-        .map(|p| MetricsWriter::open(Path::new(p)).map_err(|e| SetupError::Metrics(p.into(), e)))
-        .transpose()
-}
-
-pub(crate) fn caps_mask(opt: &Opt) -> Result<u64, SetupError> {
-    Ok(crate::confine::caps_mask(opt)?)
 }
 
 struct Restored {

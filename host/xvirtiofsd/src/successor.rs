@@ -11,8 +11,8 @@ use log::warn;
 
 use crate::checkpoint::HolderLink;
 use crate::cli::Opt;
-use crate::confine::{self, Prepared};
-use crate::daemon::{canonical_shared_dir, caps_mask, own_settings, Daemon, Own, SetupError};
+use crate::confine::{self, caps_mask, Prepared};
+use crate::daemon::{canonical_shared_dir, own_settings, Daemon, Own, SetupError};
 use crate::queue::measure_wake_cost;
 use crate::{control, logger, upgrade};
 

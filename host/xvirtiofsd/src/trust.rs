@@ -170,7 +170,7 @@ pub fn check_options(first: &Opt, successor: &Opt) -> Result<(), String> {
             )
         })
         .collect();
-    let caps = |o: &Opt| crate::daemon::caps_mask(o).map_err(|e| crate::error_chain(&e));
+    let caps = |o: &Opt| crate::confine::caps_mask(o).map_err(|e| crate::error_chain(&e));
     let (mine, theirs) = (caps(successor)?, caps(first)?);
     if mine != theirs {
         diffs.push(format!(

@@ -187,13 +187,6 @@ impl PassthroughFs {
         }
     }
 
-    /// Re-opens descriptors through `fd` from now on instead of the
-    /// `/proc/self/fd` opened by [`PassthroughFs::new`] (which is closed):
-    /// the sandbox's own, of a /proc that shows no other process.
-    pub fn set_proc_self_fd(&mut self, fd: OwnedFd) {
-        self.proc_self_fd = fd;
-    }
-
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
