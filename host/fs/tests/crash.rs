@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
 use xvfs_fs::journal::Journal;
+use xvfs_fs::passthrough::KeptFiles;
 use xvfs_fs::PassthroughFs;
 
 const ROOT: u64 = abi::ROOT_ID;
@@ -34,7 +35,7 @@ fn journal_file(dir: &TestDir) -> OwnedFd {
 fn serving(dir: TestDir, j: &'static Journal, recover: bool) -> Harness {
     let mut fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
     if recover {
-        let report = fs.recover(j).unwrap();
+        let report = fs.recover(j, KeptFiles::default()).unwrap();
         assert!(report.inodes > 0);
     } else {
         fs.attach_journal(j);
@@ -317,7 +318,7 @@ fn a_state_migrated_in_is_journaled_and_survives_a_crash() {
     // And a crash right after the migration finds them again.
     let j2 = leak(Journal::open(jf.as_fd()).unwrap());
     let mut again = PassthroughFs::new(default_config(&src.dir.path)).unwrap();
-    let report = again.recover(j2).unwrap();
+    let report = again.recover(j2, KeptFiles::default()).unwrap();
     assert_eq!((report.inodes, report.handles), (2, 1));
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     let _ = fh;
@@ -339,7 +340,10 @@ fn a_journal_with_more_entries_than_max_open_is_refused() {
     let mut cfg = default_config(&dir.path);
     cfg.max_open = 4;
     let mut fs = PassthroughFs::new(cfg).unwrap();
-    let err = fs.recover(j2).unwrap_err().to_string();
+    let err = fs
+        .recover(j2, KeptFiles::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("3 nodes and 2 open files are more than the 4 this process may hold"),
         "{err}"
@@ -349,5 +353,5 @@ fn a_journal_with_more_entries_than_max_open_is_refused() {
     let mut cfg = default_config(&dir.path);
     cfg.max_open = 5;
     let mut fs = PassthroughFs::new(cfg).unwrap();
-    assert_eq!(fs.recover(j2).unwrap().inodes, 3);
+    assert_eq!(fs.recover(j2, KeptFiles::default()).unwrap().inodes, 3);
 }

@@ -161,6 +161,9 @@ pub struct SharedDir {
     /// ([`SharedDir::preload`]), by device and inode, each held open so
     /// that no other file can take its inode number meanwhile.
     pub(super) preloaded: HashMap<(u64, u64), OwnedFd>,
+    /// Other processes' views of the share root among those (their
+    /// sandbox mounts of it, on which the deleted files they hand over are).
+    pub(super) roots: Vec<OwnedFd>,
 }
 
 impl SharedDir {
@@ -192,6 +195,7 @@ impl SharedDir {
             proc_self_fd,
             key: (st.st_dev, st.st_ino),
             preloaded: HashMap::new(),
+            roots: Vec::new(),
         })
     }
 

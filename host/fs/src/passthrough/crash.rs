@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 
 use super::migrate::LoadReport;
-use super::{Error, PassthroughFs};
+use super::{Error, KeptFiles, PassthroughFs};
 use crate::journal::Journal;
 use crate::sys;
 
@@ -25,10 +25,20 @@ impl PassthroughFs {
     /// Rebuilds the tables a crashed process left in `j`, and journals on
     /// in it. Nodes that cannot be found again answer EIO until the guest
     /// forgets them (as after a migration with `--migration-on-error
-    /// guest-error`).
-    pub fn recover(&mut self, j: &'static Journal) -> Result<LoadReport, Error> {
+    /// guest-error`). Files with no name left come from `kept`, the
+    /// descriptors the keeper held (`keep.rs`).
+    pub fn recover(
+        &mut self,
+        j: &'static Journal,
+        mut kept: KeptFiles,
+    ) -> Result<LoadReport, Error> {
         let t = j.tables();
-        let report = self.load_tables(&t.fs, false, &t.keys)?;
+        let report = self.load_tables(&t.fs, false, &t.keys, Some(&mut kept))?;
+        self.adopt_kept(
+            report.kept_nodes.clone(),
+            report.kept_handles.clone(),
+            &mut kept,
+        );
         for (id, &slot) in &t.node_slots {
             if self.inodes.get(*id).is_none() {
                 j.remove_node(slot);

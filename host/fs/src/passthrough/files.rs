@@ -80,6 +80,7 @@ impl PassthroughFs {
             self.reopen(&inode, flags)?
         };
         let fh = self.handles.insert(id, fd, flags);
+        self.opened(id);
         Ok((fh, self.file_open_flags()))
     }
 
@@ -129,6 +130,7 @@ impl PassthroughFs {
             Err(e) => return Err(e),
         };
         let fh = self.handles.insert(entry.inode, fd, flags);
+        self.opened(entry.inode);
         Ok((entry, fh, self.file_open_flags()))
     }
 
@@ -180,11 +182,19 @@ impl PassthroughFs {
         };
         let entry = self.insert_open_file(&fd, None)?;
         let fh = self.handles.insert(entry.inode, fd, flags);
+        // Born without a name.
+        if let Some(i) = self.inodes.get(entry.inode).filter(|_| self.keeping()) {
+            self.lose_name(&i);
+        }
         Ok((entry, fh, self.file_open_flags()))
     }
 
     pub(crate) fn release(&self, fh: u64) -> io::Result<()> {
-        if self.handles.remove(fh).is_some() || self.lost_lock().handles.remove(&fh) {
+        if self.handles.remove(fh).is_some() {
+            self.released(fh);
+            return Ok(());
+        }
+        if self.lost_lock().handles.remove(&fh) {
             return Ok(());
         }
         replayed(Err(err(libc::EBADF)), libc::EBADF)
@@ -207,6 +217,7 @@ impl PassthroughFs {
         self.room(1)?;
         let fd = self.reopen(&inode, flags)?;
         let fh = self.handles.insert(id, fd, flags);
+        self.opened(id);
         Ok((fh, self.dir_open_flags()))
     }
 

@@ -15,7 +15,7 @@ use super::state::{
 };
 use super::table::{InodeKey, RestoredInode};
 use super::upgrade::{component, open_path};
-use super::{dirents, Error, PassthroughFs};
+use super::{dirents, Error, KeptFiles, PassthroughFs};
 use crate::filesystem::ROOT_ID;
 use crate::sys;
 
@@ -39,6 +39,11 @@ pub struct LoadReport {
     /// Inodes (and handles) that could not be found, with why; the guest
     /// gets EIO for them (only when not aborting).
     pub failed: Vec<String>,
+    /// Crash restart: nodes and handles served from descriptors the keeper
+    /// held (files with no name left), by id.
+    pub kept_nodes: Vec<u64>,
+    /// See `kept_nodes`.
+    pub kept_handles: Vec<u64>,
 }
 
 /// Upper bound on the directories searched for inodes whose path the kernel
@@ -218,7 +223,7 @@ impl PassthroughFs {
         st: &MigrationFs,
         abort_on_error: bool,
     ) -> Result<LoadReport, Error> {
-        self.load_tables(st, abort_on_error, &HashMap::new())
+        self.load_tables(st, abort_on_error, &HashMap::new(), None)
     }
 
     /// [`PassthroughFs::load_migration`], where each node found in
@@ -228,11 +233,12 @@ impl PassthroughFs {
         st: &MigrationFs,
         abort_on_error: bool,
         expect: &HashMap<u64, InodeKey>,
+        mut kept: Option<&mut KeptFiles>,
     ) -> Result<LoadReport, Error> {
         check_state(st, self.cfg.max_open)?;
         self.end_session();
         let mut report = LoadReport::default();
-        let (opened, failed) = self.open_inodes(st, expect);
+        let (opened, failed) = self.open_inodes(st, expect, &mut kept, &mut report);
         if let Some((id, why)) = failed.iter().min_by_key(|(id, _)| **id) {
             if abort_on_error {
                 return Err(bad(format!(
@@ -255,7 +261,7 @@ impl PassthroughFs {
                 .insert_restored(r, |fd, dev, t| self.hold_restored(fd, dev, t));
         }
         self.inodes.bump_next_id(st.next_id.min(1 << 62));
-        self.load_handles(&st.handles, abort_on_error, &mut report)?;
+        self.load_handles(&st.handles, abort_on_error, &mut report, kept)?;
         self.handles.bump_next_fh(st.next_fh.min(1 << 62));
         report.failed.sort();
         Ok(report)
@@ -267,6 +273,8 @@ impl PassthroughFs {
         &self,
         st: &MigrationFs,
         expect: &HashMap<u64, InodeKey>,
+        kept: &mut Option<&mut KeptFiles>,
+        report: &mut LoadReport,
     ) -> (HashMap<u64, RestoredInode>, HashMap<u64, String>) {
         let mut opened: HashMap<u64, RestoredInode> = HashMap::new();
         let mut failed: HashMap<u64, String> = HashMap::new();
@@ -292,9 +300,22 @@ impl PassthroughFs {
             }
             ready.push(m);
             while let Some(m) = ready.pop() {
-                let r = self
-                    .open_location(m, mount_fd, &opened)
-                    .and_then(|fd| self.check_opened(m, fd, &mut keys, expect));
+                // A kept descriptor not proven (a linked O_TMPFILE, whose
+                // descriptor still names no path) is found as the others.
+                let from_keeper = kept
+                    .as_mut()
+                    .and_then(|k| k.take_node(m.id))
+                    .and_then(|fd| self.check_kept(fd, kept.as_deref()))
+                    .map(|fd| on_mount(fd, mount_fd));
+                let proven = from_keeper.is_some();
+                let r = match from_keeper {
+                    Some(fd) => Ok(fd),
+                    None => self.open_location(m, mount_fd, &opened),
+                };
+                let r = r.and_then(|fd| self.check_opened(m, fd, &mut keys, expect, proven));
+                if proven && r.is_ok() {
+                    report.kept_nodes.push(m.id);
+                }
                 match r {
                     Ok(r) => {
                         opened.insert(m.id, r);
@@ -350,13 +371,14 @@ impl PassthroughFs {
     }
 
     /// Checks an opened inode against what the source said, and that it is
-    /// new and inside the share.
+    /// new and inside the share (unless `proven` so already).
     fn check_opened(
         &self,
         m: &MigratedInode,
         fd: OwnedFd,
         keys: &mut HashSet<InodeKey>,
         expect: &HashMap<u64, InodeKey>,
+        proven: bool,
     ) -> Result<RestoredInode, String> {
         let st = sys::stat_fd(fd.as_fd()).map_err(|e| format!("cannot stat: {e}"))?;
         let file_type = st.st_mode & libc::S_IFMT;
@@ -369,7 +391,10 @@ impl PassthroughFs {
                 return Err("file handle differs: not the source's file".into());
             }
         }
-        if matches!(m.location, Location::Handle(_)) && !self.is_inside_share(fd.as_fd(), &st) {
+        if !proven
+            && matches!(m.location, Location::Handle(_))
+            && !self.is_inside_share(fd.as_fd(), &st)
+        {
             return Err("file handle names a file outside the shared directory".into());
         }
         let key = (st.st_dev, st.st_ino);
@@ -389,6 +414,15 @@ impl PassthroughFs {
         })
     }
 
+    /// A node's descriptor from the keeper: an `O_PATH` descriptor inside
+    /// the share (`kept_is_inside`).
+    fn check_kept(&self, fd: OwnedFd, kept: Option<&KeptFiles>) -> Option<OwnedFd> {
+        let fl = sys::get_fl(fd.as_fd()).ok()?;
+        let st = sys::stat_fd(fd.as_fd()).ok()?;
+        let inside = kept.is_some_and(|k| self.kept_is_inside(fd.as_fd(), &st, k));
+        (fl & libc::O_PATH != 0 && inside).then_some(fd)
+    }
+
     fn is_inside_share(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> bool {
         self.share_path(fd, st).is_some()
     }
@@ -398,9 +432,18 @@ impl PassthroughFs {
         handles: &[MigratedHandle],
         abort_on_error: bool,
         report: &mut LoadReport,
+        mut kept: Option<&mut KeptFiles>,
     ) -> Result<(), Error> {
         let mut lost = Vec::new();
         for h in handles {
+            let from_keeper = kept.as_mut().and_then(|k| k.take_handle(h.fh));
+            let kept_fd = from_keeper.and_then(|fd| self.check_kept_handle(h, fd));
+            if let Some(fd) = kept_fd {
+                self.handles.insert_with(h.fh, h.inode, fd, h.flags);
+                report.handles += 1;
+                report.kept_handles.push(h.fh);
+                continue;
+            }
             let opened = match self.inodes.get(h.inode) {
                 Some(inode) if inode.is_reg() || inode.is_dir() => {
                     // Never truncate again what the guest has written since.
@@ -427,6 +470,37 @@ impl PassthroughFs {
         }
         self.lost_lock().handles.extend(lost);
         Ok(())
+    }
+}
+
+impl PassthroughFs {
+    /// An open file's descriptor from the keeper, if it is one of handle
+    /// `h`'s node, opened with `h`'s access mode (else it is opened again).
+    fn check_kept_handle(&self, h: &MigratedHandle, fd: OwnedFd) -> Option<OwnedFd> {
+        let inode = self.inodes.get(h.inode)?;
+        let fl = sys::get_fl(fd.as_fd()).ok()?;
+        let st = sys::stat_fd(fd.as_fd()).ok()?;
+        let same = fl & libc::O_PATH == 0
+            && fl & libc::O_ACCMODE == h.flags & libc::O_ACCMODE
+            && (st.st_dev, st.st_ino) == inode.key;
+        same.then_some(fd)
+    }
+}
+
+/// `fd`'s file opened through `mount` (this process's view of the share)
+/// by its file handle, if it has one: a crashed process's descriptor is on
+/// that process's mount, and LINK or RENAME between mounts fail (EXDEV).
+/// Else `fd` itself.
+fn on_mount(fd: OwnedFd, mount: Option<&OwnedFd>) -> OwnedFd {
+    let Some(m) = mount else {
+        return fd;
+    };
+    let own = sys::handle_of(fd.as_fd())
+        .and_then(|(t, bytes)| sys::open_by_handle(m.as_fd(), t, &bytes, libc::O_PATH));
+    let key = |f: BorrowedFd<'_>| sys::stat_fd(f).ok().map(|s| (s.st_dev, s.st_ino));
+    match own {
+        Ok(o) if key(o.as_fd()).is_some() && key(o.as_fd()) == key(fd.as_fd()) => o,
+        _ => fd,
     }
 }
 

@@ -36,6 +36,7 @@ mod extended;
 mod files;
 mod fs_impl;
 mod handles;
+mod keep;
 mod locks;
 mod migrate;
 pub mod state;
@@ -50,6 +51,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use self::creds::CredGuard;
+pub use self::keep::{Keeper, Kept, KeptFiles};
 pub use self::migrate::{LoadReport, SaveOptions};
 use self::table::{lock, Handle, HandleTable, Inode, InodeTable};
 pub use self::xattrmap::{XattrMap, XattrMapError};
@@ -140,6 +142,19 @@ pub struct PassthroughFs {
     mounts: handles::Mounts,
     /// `--inode-file-handles=prefer` found handles unusable: descriptors.
     handles_off: std::sync::atomic::AtomicBool,
+    /// Crash restart: where files that lose their name are kept
+    /// (`keep.rs`), and what was kept.
+    keeper: Option<Arc<dyn Keeper>>,
+    kept: std::sync::Mutex<keep::KeptSet>,
+    /// Anything was ever kept or marked (a fast path for the others).
+    any_kept: std::sync::atomic::AtomicBool,
+    /// Kept by a crashed process and not wanted any more: let go once a
+    /// keeper is attached.
+    kept_rest: Vec<Kept>,
+    /// Other processes' views of the share root (a live upgrade
+    /// predecessor's, crashed processes'; their sandbox mounts of it), on
+    /// which deleted files this process took over are.
+    foreign_roots: Vec<OwnedFd>,
 }
 
 /// See [`PassthroughFs::lost`]: node id → lookup count, handle ids.
@@ -184,6 +199,11 @@ impl PassthroughFs {
             locks: locks::LockTable::default(),
             mounts: handles::Mounts::default(),
             handles_off: std::sync::atomic::AtomicBool::new(false),
+            keeper: None,
+            kept: std::sync::Mutex::new(keep::KeptSet::default()),
+            any_kept: std::sync::atomic::AtomicBool::new(false),
+            kept_rest: Vec::new(),
+            foreign_roots: Vec::new(),
         }
     }
 
@@ -438,7 +458,9 @@ impl PassthroughFs {
     }
 
     pub(crate) fn forget(&self, id: u64, n: u64) {
-        if !self.inodes.forget(id, n) {
+        let known = self.inodes.forget(id, n);
+        self.forgotten(id);
+        if !known {
             let mut lost = self.lost_lock();
             if let Some(refs) = lost.inodes.get_mut(&id) {
                 *refs = refs.saturating_sub(n);
@@ -608,11 +630,15 @@ impl PassthroughFs {
     pub(crate) fn unlink(&self, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
         self.writable()?;
         let p = self.dir(parent)?;
-        let res = sys::unlinkat(
-            p.fd()?.as_fd(),
-            name,
-            if dir { libc::AT_REMOVEDIR } else { 0 },
-        );
+        let p_fd = p.fd()?;
+        let victim = self.held_at(p_fd.as_fd(), name);
+        if let Some(v) = &victim {
+            self.lose_name(v);
+        }
+        let res = sys::unlinkat(p_fd.as_fd(), name, if dir { libc::AT_REMOVEDIR } else { 0 });
+        if let Some(v) = &victim {
+            self.lose_name(v);
+        }
         replayed(res, libc::ENOENT)
     }
 
@@ -650,8 +676,19 @@ impl PassthroughFs {
                 old.is_err() && ino_of(&n, newname).is_ok()
             }
         });
+        // The file the new name held loses it (not in an exchange).
+        let victim = (!exchange)
+            .then(|| self.held_at(n.fd().ok()?.as_fd(), newname))
+            .flatten()
+            .filter(|v| ino_of(&o, oldname).is_ok_and(|ino| ino != v.key.1));
+        if let Some(v) = &victim {
+            self.lose_name(v);
+        }
         if !done {
             sys::renameat2(o.fd()?.as_fd(), oldname, n.fd()?.as_fd(), newname, flags)?;
+        }
+        if let Some(v) = &victim {
+            self.lose_name(v);
         }
         self.journal_moved(newdir, n.fd()?.as_fd(), newname);
         if exchange {

@@ -537,6 +537,20 @@ impl HandleTable {
         }
     }
 
+    /// The handles open on node `inode`.
+    pub fn of_inode(&self, inode: u64) -> Vec<Arc<Handle>> {
+        self.shards
+            .iter()
+            .flat_map(|s| {
+                let s = read(s);
+                s.values()
+                    .filter(|h| h.inode == inode)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Every handle, ordered by id.
     pub fn all(&self) -> Vec<Arc<Handle>> {
         let mut v: Vec<_> = self

@@ -134,12 +134,18 @@ impl PassthroughFs {
     /// for the caller while requests go on: what a live upgrade's
     /// successor proves inside the share before the pause
     /// ([`SharedDir::preload`]).
-    /// The share's root comes first: it shows the successor the mount
-    /// this process serves the share through, on which alone a deleted
-    /// file it hands over can be ([`PassthroughFs::restore`]).
+    /// The share's root comes first, then the other views of it this
+    /// process knows (a predecessor's, crashed processes'): they show the
+    /// successor the mounts on which alone a deleted file it hands over
+    /// can be ([`PassthroughFs::restore`]).
     pub fn preload_fds(&self) -> Vec<OwnedFd> {
         let root = sys::dup(self.inodes.root_fd()).ok();
+        let others = self
+            .foreign_roots
+            .iter()
+            .filter_map(|r| sys::dup(r.as_fd()).ok());
         root.into_iter()
+            .chain(others)
             .chain(
                 self.inodes
                     .all()
@@ -180,8 +186,12 @@ impl PassthroughFs {
         state: &FsState,
         fds: Vec<OwnedFd>,
     ) -> Result<Self, Error> {
-        let preloaded = std::mem::take(&mut dir.preloaded);
-        let fs = Self::at(cfg, dir);
+        let mut preloaded = std::mem::take(&mut dir.preloaded);
+        let roots = std::mem::take(&mut dir.roots);
+        let mut fs = Self::at(cfg, dir);
+        // The predecessor's views of the root: the mounts its deleted
+        // files are on (also for a crash-restart keeper, `keep.rs`).
+        fs.foreign_roots = roots;
         fs.check_file_handles()?;
         if (state.root_dev, state.root_ino) != fs.inodes.root().key {
             return Err(bad("the shared directory is not the saved one".into()));
@@ -191,7 +201,7 @@ impl PassthroughFs {
         }
         fs.inodes.bump_next_id(state.next_id);
         let mut fds = Fds(fds.into_iter().map(Some).collect());
-        fs.restore_inodes(&state.inodes, &mut fds, &preloaded)?;
+        fs.restore_inodes(&state.inodes, &mut fds, &mut preloaded)?;
         fs.restore_handles(&state.handles, &mut fds)?;
         fs.restore_locks(&state.locks, &mut fds)?;
         if fds.0.iter().any(Option::is_some) {
@@ -204,7 +214,7 @@ impl PassthroughFs {
         &self,
         inodes: &[InodeState],
         fds: &mut Fds,
-        preloaded: &HashMap<(u64, u64), OwnedFd>,
+        preloaded: &mut HashMap<(u64, u64), OwnedFd>,
     ) -> Result<(), Error> {
         let mut ids = HashSet::new();
         let mut keys = HashSet::new();
@@ -242,25 +252,29 @@ impl PassthroughFs {
                 return Err(bad(format!("node {}: descriptor does not match", i.id)));
             }
             // A file proven inside before the pause is still that file:
-            // its preloaded descriptor keeps the inode number taken.
-            let proven = preloaded.contains_key(&(st.st_dev, st.st_ino))
-                || self.share_path(fd.as_fd(), &st).is_some();
-            if proven {
+            // its preloaded descriptor keeps the inode number taken. The
+            // node is then held through this process's view of the share,
+            // where it was proven (LINK and RENAME fail between mounts).
+            let own = match preloaded.remove(&(st.st_dev, st.st_ino)) {
+                Some(own) => Some(own),
+                None => self.share_find(fd.as_fd(), &st),
+            };
+            if let Some(own) = own {
                 mounts.extend(sys::mount_of(fd.as_fd()).map(|m| m.0));
+                self.insert_inode(i, own);
             } else if self.is_deleted_here(fd.as_fd(), &st) {
                 deleted.push((i, fd));
-                continue;
             } else {
                 return Err(bad(format!(
                     "node {}: descriptor is not inside the shared directory",
                     i.id
                 )));
             }
-            self.insert_inode(i, fd);
         }
         mounts.extend(
             preloaded
                 .values()
+                .chain(&self.foreign_roots)
                 .filter_map(|f| sys::mount_of(f.as_fd()).ok().map(|m| m.0)),
         );
         for (i, fd) in deleted {
@@ -361,13 +375,22 @@ impl PassthroughFs {
     /// so both readings are tried. `None`: no such path (deleted, renamed
     /// meanwhile, or outside the share). The root's path is empty.
     pub(super) fn share_path(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<Vec<u8>> {
-        let share = Share {
+        self.share().path_of(fd, st)
+    }
+
+    /// [`PassthroughFs::share_path`]'s file, opened along the path through
+    /// this process's view of the share.
+    fn share_find(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<OwnedFd> {
+        self.share().find(fd, st).map(|(_, own)| own)
+    }
+
+    fn share(&self) -> Share<'_> {
+        Share {
             root: self.inodes.root_fd(),
             key: self.inodes.root().key,
             proc_self_fd: self.proc_self_fd.as_fd(),
             host_root: self.cfg.root_dir.as_os_str().as_bytes(),
-        };
-        share.path_of(fd, st)
+        }
     }
 }
 
@@ -383,9 +406,15 @@ struct Share<'a> {
 impl Share<'_> {
     /// See [`PassthroughFs::share_path`].
     fn path_of(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<Vec<u8>> {
+        self.find(fd, st).map(|(path, _)| path)
+    }
+
+    /// [`Share::path_of`], and the file opened along that path: a
+    /// descriptor of it through this process's view of the share.
+    fn find(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<(Vec<u8>, OwnedFd)> {
         let key = (st.st_dev, st.st_ino);
         if key == self.key {
-            return Some(Vec::new());
+            return Some((Vec::new(), sys::dup(self.root).ok()?));
         }
         let link = sys::readlinkat(self.proc_self_fd, &sys::fd_name(fd.as_raw_fd())).ok()?;
         let host_root = self.host_root;
@@ -395,10 +424,12 @@ impl Share<'_> {
                 candidates.push(rest);
             }
         }
-        candidates
-            .into_iter()
-            .find(|p| walk_from(self.root, p).is_some_and(|k| k == key))
-            .map(|p| p.strip_prefix(b"/").unwrap_or(p).to_vec())
+        candidates.into_iter().find_map(|p| {
+            let own = open_path(self.root, p).ok()?;
+            let st = sys::stat_fd(own.as_fd()).ok()?;
+            ((st.st_dev, st.st_ino) == key)
+                .then(|| (p.strip_prefix(b"/").unwrap_or(p).to_vec(), own))
+        })
     }
 }
 
@@ -421,20 +452,23 @@ impl SharedDir {
             let Ok((fl, st)) = flags_and_stat(fd.as_fd(), String::new) else {
                 continue;
             };
-            if fl & libc::O_PATH != 0 && share.path_of(fd.as_fd(), &st).is_some() {
-                self.preloaded.insert((st.st_dev, st.st_ino), fd);
+            if fl & libc::O_PATH == 0 {
+                continue;
+            }
+            let Some((_, own)) = share.find(fd.as_fd(), &st) else {
+                continue;
+            };
+            // The predecessor's root shows its mount; every other file is
+            // kept as opened through this process's own (LINK and RENAME
+            // fail between mounts).
+            if (st.st_dev, st.st_ino) == self.key {
+                self.roots.push(fd);
+            } else {
+                self.preloaded.insert((st.st_dev, st.st_ino), own);
             }
         }
-        self.preloaded.len()
+        self.preloaded.len() + self.roots.len()
     }
-}
-
-/// Device and inode of `path` (absolute or relative) looked up below `root`
-/// as [`open_path`] does.
-fn walk_from(root: BorrowedFd<'_>, path: &[u8]) -> Option<(u64, u64)> {
-    let fd = open_path(root, path).ok()?;
-    let st = sys::stat_fd(fd.as_fd()).ok()?;
-    Some((st.st_dev, st.st_ino))
 }
 
 /// Opens `path` (relative to `root`) one component at a time, following no
