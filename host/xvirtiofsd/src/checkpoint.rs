@@ -13,12 +13,15 @@
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use log::warn;
 use virtio_fs_ext::handover;
 use xvfs_fs::journal::{Journal, JournalError};
+use xvfs_fs::passthrough::{Keeper, Kept, KeptFiles};
 
 use crate::cli::Opt;
+use crate::keeper::HolderKeeper;
 use crate::sys;
 use crate::upgrade::{self, Incoming, Outgoing, UpgradeError};
 use crate::vhost_user::Device;
@@ -41,6 +44,11 @@ pub struct HolderLink {
     journal: &'static Journal,
     /// The holder is gone (checkpoints are no longer sent).
     lost: AtomicBool,
+    /// Where files with no name left are kept (`keeper.rs`).
+    keeper: Arc<HolderKeeper>,
+    /// After a crash: what the holder kept for the crashed process, until
+    /// the file system takes it.
+    kept: Mutex<Vec<(Kept, OwnedFd)>>,
 }
 
 impl HolderLink {
@@ -49,7 +57,13 @@ impl HolderLink {
         let (Some(s), Some(j)) = (opt.holder_socket, opt.holder_journal) else {
             return Ok(None);
         };
+        let k = opt
+            .holder_keeper
+            .ok_or(LinkError::Fd(std::io::Error::other(
+                "--holder-keeper is missing",
+            )))?;
         let sock = sys::take_inherited(s).map_err(LinkError::Fd)?;
+        let keeper: OwnedFd = sys::take_inherited(k).map_err(LinkError::Fd)?;
         let jfd: OwnedFd = sys::take_inherited(j).map_err(LinkError::Fd)?;
         let journal = Journal::open(jfd.as_fd())?;
         // The mapping stays; the descriptor is not needed any more.
@@ -58,6 +72,8 @@ impl HolderLink {
             sock: UnixStream::from(sock),
             journal: Box::leak(Box::new(journal)),
             lost: AtomicBool::new(false),
+            keeper: Arc::new(HolderKeeper::new(UnixStream::from(keeper))),
+            kept: Mutex::new(Vec::new()),
         }))
     }
 
@@ -66,10 +82,24 @@ impl HolderLink {
         self.journal
     }
 
-    /// A crashed predecessor's state, from the holder.
+    /// Where the file system keeps files with no name left.
+    pub fn keeper(&self) -> Arc<dyn Keeper> {
+        self.keeper.clone()
+    }
+
+    /// A crashed predecessor's state, from the holder: first the files it
+    /// kept (taken later by [`HolderLink::take_kept`]), then the checkpoint.
     pub fn receive(&self) -> Result<Incoming, UpgradeError> {
+        let kept = self.keeper.receive()?;
+        *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = kept;
         let peer = self.sock.try_clone().map_err(handover::HandoverError::Io)?;
         upgrade::receive_from_holder(peer)
+    }
+
+    /// The files the holder kept for a crashed predecessor.
+    pub fn take_kept(&self) -> KeptFiles {
+        let kept = std::mem::take(&mut *self.kept.lock().unwrap_or_else(|e| e.into_inner()));
+        KeptFiles::new(kept)
     }
 
     /// Checkpoints the device and daemon described by `out` (see the

@@ -242,6 +242,11 @@ pub struct Opt {
     #[arg(long, value_name = "FD", hide = true, requires = "holder_socket")]
     pub holder_journal: Option<i32>,
 
+    /// Internal (the holder's serving process): the socket over which the
+    /// holder keeps files with no name left.
+    #[arg(long, value_name = "FD", hide = true, requires = "holder_socket")]
+    pub holder_keeper: Option<i32>,
+
     /// Internal (the holder's serving process): a crashed predecessor's
     /// state comes from the holder.
     #[arg(

@@ -171,6 +171,7 @@ impl Daemon {
         let mut fs = PassthroughFs::on(fs_cfg, dir).map_err(SetupError::Fs)?;
         if let Some(l) = &link {
             fs.attach_journal(l.journal());
+            fs.attach_keeper(l.keeper());
         }
         let server = Arc::new(FsServer::new(fs));
 
@@ -290,7 +291,7 @@ impl Daemon {
             .filter(|_| link.is_none())
             .collect();
         let journal = link.as_ref().map(HolderLink::journal);
-        let restored = match restore(&mut inc, &st, wake_cost, own, journal, crashed) {
+        let restored = match restore(&mut inc, &st, wake_cost, own, link.as_ref(), crashed) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -565,9 +566,10 @@ fn restore(
     st: &DaemonState,
     wake_cost: Duration,
     own: Own,
-    journal: Option<&'static xvfs_fs::journal::Journal>,
+    link: Option<&HolderLink>,
     crashed: bool,
 ) -> Result<Restored, SetupError> {
+    let journal = link.map(HolderLink::journal);
     if let Some(i) = st.log_fd {
         let log = inc
             .take(i)
@@ -578,7 +580,7 @@ fn restore(
     let started = std::time::Instant::now();
     let p = own.prepared;
     let max_open = max_open(own.max_open, p.limit)?;
-    let fs = restore_fs(inc, st, max_open, p.dir, journal, crashed)?;
+    let fs = restore_fs(inc, st, max_open, p.dir, link, crashed)?;
     if crashed {
         // The journal's file handles are open: CAP_DAC_READ_SEARCH goes,
         // unless the command line keeps it.
@@ -627,17 +629,24 @@ fn restore_fs(
     st: &DaemonState,
     max_open: usize,
     dir: SharedDir,
-    journal: Option<&'static xvfs_fs::journal::Journal>,
+    link: Option<&HolderLink>,
     crashed: bool,
 ) -> Result<PassthroughFs, SetupError> {
     let cfg = fs_config(&st.config, max_open)?;
-    let fs = match journal.filter(|_| crashed) {
-        Some(j) => {
+    let fs = match link.filter(|_| crashed) {
+        Some(l) => {
             let mut fs = PassthroughFs::on(cfg, dir).map_err(SetupError::Fs)?;
-            let report = fs.recover(j).map_err(SetupError::Fs)?;
+            let report = fs
+                .recover(l.journal(), l.take_kept())
+                .map_err(SetupError::Fs)?;
+            fs.attach_keeper(l.keeper());
             info!(
-                "crash restart: {} inodes and {} open files found again",
-                report.inodes, report.handles
+                "crash restart: {} inodes and {} open files found again ({} nodes and {} \
+                 open files with no name left kept by the holder)",
+                report.inodes,
+                report.handles,
+                report.kept_nodes.len(),
+                report.kept_handles.len()
             );
             if let Some(first) = report.failed.first() {
                 // Typically files deleted while the guest still held them.
@@ -652,8 +661,9 @@ fn restore_fs(
         None => {
             let fs = PassthroughFs::restore(cfg, dir, &st.fs, inc.take_fs_fds());
             let mut fs = fs.map_err(SetupError::Fs)?;
-            if let Some(j) = journal {
-                fs.attach_journal(j);
+            if let Some(l) = link {
+                fs.attach_journal(l.journal());
+                fs.attach_keeper(l.keeper());
             }
             fs
         }

@@ -42,6 +42,7 @@ use xvfs_fs::journal::Journal;
 
 use crate::checkpoint::BYE;
 use crate::cli::Opt;
+use crate::keeper::KeptStore;
 use crate::sys::{self, ChildEnd};
 
 /// Largest journal: nodes and handles (each at most this many).
@@ -124,6 +125,10 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
     let slots = limit.clamp(1024, MAX_JOURNAL_SLOTS);
     let journal = Journal::create(jfile.as_fd(), usize::from(opt.queues) + 1, slots, slots)?;
     journal.set_holder_pid(std::process::id());
+    // Kept files arrive as descriptors: room for as many as the journal.
+    if let Err(e) = sys::raise_nofile_limit((2 * slots + 4096) as u64) {
+        warn!("crash restart: the holder cannot raise its open file limit: {e}");
+    }
     sys::on_signals(sys::forwarded_signals(), forward).map_err(HolderError::Watch)?;
     let fallback = Fallback::prepare(opt);
     if let Err(e) = crate::caps::keep_only(GIVE_UP_CAPS) {
@@ -141,10 +146,13 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
     let window = Duration::from_secs(opt.crash_restart_limit.1);
     let mut crashes: VecDeque<Instant> = VecDeque::new();
     let mut last: Option<Checkpoint> = None;
+    // Files with no name left the guest holds (`keeper.rs`): they
+    // outlive every serving process.
+    let mut kept = KeptStore::default();
     let mut short_lived = 0u32;
     loop {
         let started = Instant::now();
-        let ended = serve_once(jfile.as_fd().as_raw_fd(), &mut last)?;
+        let ended = serve_once(jfile.as_fd().as_raw_fd(), &mut last, &mut kept)?;
         if ended.bye || STOPPING.load(Ordering::SeqCst) {
             return Ok(exit_status(ended.how));
         }
@@ -197,15 +205,24 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
 
 /// Starts one serving process, hands it the last checkpoint if there is
 /// one (a restart), and takes its checkpoints until it ends.
-fn serve_once(journal_fd: RawFd, last: &mut Option<Checkpoint>) -> Result<Ended, HolderError> {
+fn serve_once(
+    journal_fd: RawFd,
+    last: &mut Option<Checkpoint>,
+    kept: &mut KeptStore,
+) -> Result<Ended, HolderError> {
     let (ours, theirs) = UnixStream::pair().map_err(HolderError::Spawn)?;
+    let (keeper, their_keeper) = UnixStream::pair().map_err(HolderError::Spawn)?;
     let restart = last.is_some();
-    let child = spawn(theirs.as_raw_fd(), journal_fd, restart)?;
+    let child = spawn(
+        [theirs.as_raw_fd(), their_keeper.as_raw_fd(), journal_fd],
+        restart,
+    )?;
     drop(theirs);
+    drop(their_keeper);
     CHILD.store(child, Ordering::SeqCst);
     let pidfd = sys::pidfd_open(child).map_err(HolderError::Watch)?;
     if let Some(cp) = last.as_ref() {
-        if let Err(e) = hand_over(&ours, cp) {
+        if let Err(e) = kept.send_all(&keeper).and_then(|()| hand_over(&ours, cp)) {
             // It dies or failed: the watch below sees it end.
             warn!(
                 "crash restart: the new serving process (pid {child}) did not take the state: {}",
@@ -215,14 +232,26 @@ fn serve_once(journal_fd: RawFd, last: &mut Option<Checkpoint>) -> Result<Ended,
     }
     let mut bye = false;
     let mut reading = true;
+    let mut keeping = true;
     loop {
-        let fds = [pidfd.as_fd(), ours.as_fd()];
-        let ready = sys::poll_readable(&fds[..if reading { 2 } else { 1 }], -1)
-            .map_err(HolderError::Watch)?;
+        // Unread sockets are polled as -1 (ignored).
+        let fds = [
+            Some(pidfd.as_fd()),
+            reading.then(|| ours.as_fd()),
+            keeping.then(|| keeper.as_fd()),
+        ];
+        let ready = sys::poll_readable_opt(&fds, -1).map_err(HolderError::Watch)?;
         if ready[0] {
+            // What the serving process sent before it ended still counts.
+            while keeping && sys::poll_readable(&[keeper.as_fd()], 0).is_ok_and(|r| r[0]) {
+                keeping = take_kept(&keeper, kept, child);
+            }
             let how = sys::reap(child).map_err(HolderError::Watch)?;
             CHILD.store(0, Ordering::SeqCst);
             return Ok(Ended { how, bye });
+        }
+        if keeping && ready[2] {
+            keeping = take_kept(&keeper, kept, child);
         }
         if reading && ready[1] {
             match handover::recv_state(&ours) {
@@ -241,6 +270,22 @@ fn serve_once(journal_fd: RawFd, last: &mut Option<Checkpoint>) -> Result<Ended,
     }
 }
 
+/// Applies one KEEP or LET_GO from serving process `child`; false once
+/// the socket is closed or broken (nothing more is read from it).
+fn take_kept(sock: &UnixStream, kept: &mut KeptStore, child: libc::pid_t) -> bool {
+    match handover::recv(sock).and_then(|m| kept.apply(m)) {
+        Ok(()) => true,
+        Err(HandoverError::Closed) => false,
+        Err(e) => {
+            warn!(
+                "crash restart: bad keep message from pid {child}: {}",
+                crate::error_chain(&e)
+            );
+            false
+        }
+    }
+}
+
 /// Gives a new serving process the last checkpoint; it answers READY once
 /// it has rebuilt everything, and starts its queues on COMMIT.
 fn hand_over(peer: &UnixStream, cp: &Checkpoint) -> Result<(), HandoverError> {
@@ -254,10 +299,13 @@ fn hand_over(peer: &UnixStream, cp: &Checkpoint) -> Result<(), HandoverError> {
 }
 
 /// This binary again, with the same arguments plus the holder's.
-fn spawn(sock: RawFd, journal: RawFd, restart: bool) -> Result<libc::pid_t, HolderError> {
+/// `fds`: the checkpoint socket, the keeper socket and the journal.
+fn spawn(fds: [RawFd; 3], restart: bool) -> Result<libc::pid_t, HolderError> {
+    let [sock, keeper, journal] = fds;
     let mut cmd = Command::new("/proc/self/exe");
     cmd.args(serving_args(restart))
         .arg(format!("--holder-socket={sock}"))
+        .arg(format!("--holder-keeper={keeper}"))
         .arg(format!("--holder-journal={journal}"));
     if restart {
         cmd.arg("--holder-restart");
@@ -269,8 +317,10 @@ fn spawn(sock: RawFd, journal: RawFd, restart: bool) -> Result<libc::pid_t, Hold
             // A holder killed outright takes its serving process along
             // (gracefully: SIGTERM ends it as a signal to the holder would).
             sys::die_with_parent(libc::SIGTERM)?;
-            sys::set_cloexec(sock, false)?;
-            sys::set_cloexec(journal, false)
+            for fd in fds {
+                sys::set_cloexec(fd, false)?;
+            }
+            Ok(())
         });
     }
     let child = cmd.spawn().map_err(HolderError::Spawn)?;

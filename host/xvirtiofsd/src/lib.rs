@@ -19,6 +19,7 @@ pub mod daemon;
 pub mod dirty_log;
 pub mod holder;
 pub mod idmap;
+pub mod keeper;
 pub mod logger;
 pub mod mem;
 pub mod metrics;

@@ -141,10 +141,16 @@ impl Epoll {
 /// Waits until one of `fds` is readable or `timeout_ms` passes (-1: forever).
 /// Returns, for each fd, whether it is readable.
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<Vec<bool>> {
+    let fds: Vec<Option<BorrowedFd<'_>>> = fds.iter().copied().map(Some).collect();
+    poll_readable_opt(&fds, timeout_ms)
+}
+
+/// [`poll_readable`] where a `None` is not polled (and never ready).
+pub fn poll_readable_opt(fds: &[Option<BorrowedFd<'_>>], timeout_ms: i32) -> io::Result<Vec<bool>> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
+            fd: fd.map_or(-1, |fd| fd.as_raw_fd()),
             events: libc::POLLIN,
             revents: 0,
         })
