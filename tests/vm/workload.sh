@@ -6,9 +6,14 @@
 # a steady stream of small writes (fio, 200 per second, with a per-request
 # completion log: its largest gaps are the guest-visible pauses), fio runs
 # with crc32c verification one after the other, a shell loop that creates,
-# appends to, renames and deletes files, and `ls -R` of a tree that must list
+# appends to, renames and deletes files and hard-links a file the guest held
+# from the start into a directory it just made (a LINK between a node older
+# than the disruption and a newer one), and `ls -R` of a tree that must list
 # the same every time; a file opened before anything else is read through its
-# descriptor at the end.
+# descriptor at the end; a file unlinked right after it was opened, written
+# a line at a time through its descriptor and read back at the end through
+# a new open of /proc/PID/fd/N (a file with no name left, which crash
+# restart keeps in the holder).
 
 # The script is too long for the kernel command line: workload_prepare puts
 # it in the share and the guest runs it from there.
@@ -37,11 +42,18 @@ WORKLOAD_GUEST_BODY='
 S=/mnt/shared
 mkdir -p $S/loop
 exec 3< $S/keep
+exec 4> $S/unlinked-open
+rm $S/unlinked-open
+( u=0; uerr=0
+  while [ ! -e $S/done ]; do u=$((u+1)); echo "u$u" >&4 || uerr=$((uerr+1)); sleep 0.2; done
+  echo "unlinked-writes=$u unlinked-errors=$uerr" > /tmp/unlinked.res ) 2>/tmp/unlinked.err &
+UNL=$!
 '"$WORKLOAD_STREAM"'( i=0; err=0
   while [ ! -e $S/done ]; do
     i=$((i+1))
     { echo "line $i" > $S/loop/f$i && echo "more $i" >> $S/loop/f$i && mv $S/loop/f$i $S/loop/g$i &&
-      if [ $((i % 3)) -eq 0 ]; then rm $S/loop/g$i; fi; } || err=$((err+1))
+      if [ $((i % 3)) -eq 0 ]; then rm $S/loop/g$i; fi &&
+      mkdir $S/x$i && ln $S/keep $S/x$i/k && rm $S/x$i/k && rmdir $S/x$i; } || err=$((err+1))
   done
   echo "loop-iterations=$i loop-errors=$err" > /tmp/loop.res ) 2>/tmp/loop.err &
 LOOP=$!
@@ -55,13 +67,15 @@ LOOP=$!
 LS=$!
 touch $S/started
 while [ ! -e $S/done ]; do sleep 1; done
-wait $LOOP; wait $VER; wait $LS
+wait $LOOP; wait $VER; wait $LS; wait $UNL
 kill -INT $TICK; wait $TICK
 cat /tmp/loop.res /tmp/verify.res /tmp/ls.res
 echo "loop-stderr-lines=$(wc -l < /tmp/loop.err)"
 cat /tmp/loop.err /tmp/ls.err 2>/dev/null
 grep -o "err= *[0-9]*" /tmp/tick.out | sed "s/ //g; s/^/tick-/"
 echo "kept-fd-content=$(cat <&3)"
+cat /tmp/unlinked.res /tmp/unlinked.err
+echo "unlinked-lines=$(wc -l < /proc/$$/fd/4) unlinked-bad-lines=$(awk "\$0 != \"u\" NR { b++ } END { print b+0 }" /proc/$$/fd/4)"
 cp /tmp/tick_lat.1.log $S/tick_lat.log
 '
 
@@ -102,6 +116,11 @@ workload_check() {
     assert_eq "err=0" "$(wfield tick-err | sed 's/^/err=/')" "steady stream: no I/O error"
     assert_eq before "$(wfield kept-fd-content)" \
         "a file opened before $what reads through the same descriptor"
+    assert_eq 0 "$(wfield unlinked-errors)" \
+        "a file unlinked while open: no failed write ($(wfield unlinked-writes) lines)"
+    assert_eq "$(wfield unlinked-writes)" "$(wfield unlinked-lines)" \
+        "a file unlinked while open: every line written reads back through a new open"
+    assert_eq 0 "$(wfield unlinked-bad-lines)" "a file unlinked while open: every line in order"
     iters=$(wfield loop-iterations)
     bad=0
     for i in $(seq 1 "$iters"); do
@@ -114,6 +133,7 @@ more $i" ] || bad=$((bad + 1))
     done
     assert_eq 0 "$bad" "all $iters loop iterations left the expected files on the host"
     assert_eq 0 "$(find "$share/loop" -name 'f*' | wc -l)" "no half-done loop file on the host"
+    assert_eq 0 "$(find "$share" -maxdepth 1 -name 'x*' | wc -l)" "no loop directory left on the host"
 }
 
 # workload_pause SHARE N WHAT FILE: the guest-visible pause per disruption
