@@ -17,12 +17,17 @@
 use crate::crc32::crc32;
 
 pub const MAGIC: &[u8; 8] = b"XVFSSTAT";
-/// The format this build writes and reads: one number for the whole blob
+/// The format this build writes: one number for the whole blob
 /// (2: settings are named enums, no longer numeric codes; 3: the polling
-/// CPU budget, --syslog, --preserve-noatime; 4: the --migration-* settings).
-pub const FORMAT_VERSION: u32 = 6;
-/// The oldest format this build reads.
-pub const MIN_FORMAT_VERSION: u32 = 6;
+/// CPU budget, --syslog, --preserve-noatime; 4: the --migration-* settings;
+/// 5: --killpriv-v2; 6: pre-release builds wrote several field sets under
+/// this number; 7: release 0.2.0, the first under the compatibility policy
+/// of docs/live-upgrade.md, with 6's last field set). Every version is
+/// pinned by a golden sample (`tests/golden.rs`).
+pub const FORMAT_VERSION: u32 = 7;
+/// The oldest format this build reads: 7 (6 and older came from builds
+/// before release 0.2.0, whose field sets cannot be told apart: refused).
+pub const MIN_FORMAT_VERSION: u32 = 7;
 pub const HEADER_LEN: usize = 20;
 /// Upper bound on a payload (64 MiB: millions of inodes).
 pub const MAX_PAYLOAD: usize = 64 << 20;

@@ -9,12 +9,15 @@
 //! - [`handover`]: the messages two daemons exchange over a Unix socket to
 //!   pass the state and its file descriptors (SCM_RIGHTS, in batches);
 //! - [`migration`]: the device state QEMU carries for a VM live migration
-//!   (ours, and virtiofsd's, which a destination accepts).
+//!   (ours, and virtiofsd's, which a destination accepts);
+//! - [`formats`]: the version each encoded format is written in and the
+//!   versions read.
 //!
 //! The specification is `docs/live-upgrade.md` in the repository.
 
 pub mod config;
 pub mod crc32;
+pub mod formats;
 pub mod frame;
 pub mod handover;
 pub mod migration;

@@ -24,8 +24,9 @@ pub mod virtiofsd;
 
 /// Magic of our migration stream.
 pub const MIGRATION_MAGIC: &[u8; 8] = b"XVFSMIGR";
-/// The version this build writes and the only one it reads.
-pub const MIGRATION_VERSION: u32 = 1;
+/// The version this build writes and the only one it reads (1: builds
+/// before release 0.2.0; 2: release 0.2.0, pinned by a golden sample).
+pub const MIGRATION_VERSION: u32 = 2;
 
 /// Everything the destination needs, as of [`MIGRATION_VERSION`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,7 +165,10 @@ mod tests {
         let err = decode(&blob).unwrap_err();
         assert!(matches!(err, MigrationError::Version(v) if v == MIGRATION_VERSION + 1));
         assert!(
-            err.to_string().contains("version 2 is not supported"),
+            err.to_string().contains(&format!(
+                "version {} is not supported",
+                MIGRATION_VERSION + 1
+            )),
             "{err}"
         );
     }

@@ -1,0 +1,323 @@
+//! Golden samples: the bytes of every format version this build reads,
+//! committed under `tests/golden/`. Each must still decode (to the value
+//! below, for the version this build writes), and what this build writes
+//! must equal its sample byte for byte. A change to an encoding (a field
+//! added, removed, reordered or retyped) without a version step fails here:
+//! step the version, keep the old sample (and its decoder) for as long as
+//! the compatibility policy says (docs/live-upgrade.md, "Compatibility"),
+//! and bless the new one with `XVFS_BLESS=1 cargo test --test golden`.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use virtio_fs_ext::config::{
+    CacheMode, FileHandles, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode,
+    SandboxMode, SeccompAction,
+};
+use virtio_fs_ext::frame;
+use virtio_fs_ext::migration::{self, MigrationStream, Received, MIGRATION_VERSION};
+use virtio_fs_ext::state::{ConfigState, DaemonState, DeviceState, RegionState, VringState};
+use xvfs_fs::passthrough::state::{
+    FileHandle, FsState, HandleState, InodeState, Location, LockState, MigratedHandle,
+    MigratedInode, MigrationFs,
+};
+use xvfs_fs::SessionState;
+
+fn golden(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+/// Compares `written` with the committed sample `name` (writes it with
+/// XVFS_BLESS=1).
+fn check_sample(name: &str, written: &[u8]) {
+    let path = golden(name);
+    if std::env::var_os("XVFS_BLESS").is_some() {
+        std::fs::write(&path, written).unwrap();
+    }
+    let sample = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (a new format version needs its sample: XVFS_BLESS=1)",
+            path.display()
+        )
+    });
+    assert!(
+        sample == written,
+        "{name}: this build writes other bytes than the committed sample of the same \
+         version: the encoding changed without a version step (see this file's header)"
+    );
+}
+
+fn session() -> SessionState {
+    SessionState {
+        minor: 41,
+        flags: 0x0123_4567_89ab_cdef,
+    }
+}
+
+/// Every field set, to a value other than its default where it has one.
+fn config() -> ConfigState {
+    ConfigState {
+        shared_dir: "/srv/share".into(),
+        cache: CacheMode::Always,
+        xattr: true,
+        readonly: true,
+        writeback: true,
+        allow_direct_io: true,
+        readdirplus: false,
+        sandbox: SandboxMode::Chroot,
+        seccomp: SeccompAction::Log,
+        queues: 4,
+        poll_mode: PollMode::Adaptive,
+        poll_us: 40,
+        poll_cpu_max: 30,
+        syslog: true,
+        preserve_noatime: true,
+        queue_cpus: vec![1, 0],
+        metrics_file: Some("/run/m.json".into()),
+        log_level: LogLevel::Debug,
+        socket_path: Some("/run/vfs.sock".into()),
+        migration_mode: MigrationMode::FileHandles,
+        migration_on_error: MigrationOnError::GuestError,
+        migration_verify_handles: true,
+        migration_confirm_paths: true,
+        xattrmap: Some(":map::user.virtiofs.:".into()),
+        no_device_nodes: true,
+        no_setid: true,
+        killpriv_v2: true,
+        allow_mmap: true,
+        announce_submounts: true,
+        translate_uid: vec!["map:0:100000:65536".into()],
+        translate_gid: vec!["forbid-guest:70000:1".into()],
+        posix_acl: Negotiation::Auto,
+        security_label: Negotiation::Always,
+        posix_lock: true,
+        flock: true,
+        inode_file_handles: FileHandles::Prefer,
+        tag: Some("fs0".into()),
+    }
+}
+
+fn state() -> DaemonState {
+    DaemonState {
+        writer_version: "0.2.0".into(),
+        writer_pid: 4242,
+        started_unix_ms: 1_764_000_000_000,
+        upgrades: 3,
+        config: config(),
+        vhost_socket_fd: 0,
+        control_socket_fd: Some(1),
+        control_path: Some("/run/ctl.sock".into()),
+        log_fd: Some(2),
+        pid_file_fds: vec![3],
+        device: DeviceState {
+            acked_features: 1 << 32 | 1 << 30,
+            acked_protocol: 0x3f,
+            owner: true,
+            max_queues: 5,
+            regions: vec![RegionState {
+                gpa: 0,
+                size: 1 << 30,
+                user_addr: 0x7f00_0000_0000,
+                mmap_offset: 0,
+                fd: 4,
+            }],
+            vrings: vec![VringState {
+                size: 128,
+                desc_va: 0x1000,
+                avail_va: 0x2000,
+                used_va: 0x3000,
+                addr_set: true,
+                next_avail: 7,
+                next_used: 6,
+                enabled: true,
+                started: true,
+                kick_fd: Some(5),
+                call_fd: Some(6),
+                err_fd: None,
+            }],
+        },
+        fs: FsState {
+            root_dev: 2049,
+            root_ino: 2,
+            next_id: 9,
+            inodes: vec![InodeState {
+                id: 5,
+                dev: 2049,
+                ino: 77,
+                refs: 2,
+                generation: 0,
+                file_type: libc::S_IFREG,
+                fd_index: 0,
+            }],
+            handles: vec![HandleState {
+                fh: 3,
+                inode: 5,
+                flags: libc::O_RDWR,
+                fd_index: 1,
+            }],
+            locks: vec![LockState {
+                inode: 5,
+                owner: 99,
+                flock: true,
+                fd_index: 2,
+            }],
+        },
+        session: Some(session()),
+        fs_fd_base: 7,
+    }
+}
+
+fn migration_stream() -> MigrationStream {
+    MigrationStream {
+        writer_version: "0.2.0".into(),
+        session: Some(session()),
+        fs: MigrationFs {
+            next_id: 12,
+            next_fh: 4,
+            inodes: vec![
+                MigratedInode {
+                    id: 5,
+                    refs: 2,
+                    generation: 0,
+                    file_type: Some(libc::S_IFDIR),
+                    location: Location::Path {
+                        parent: 1,
+                        name: b"d".to_vec(),
+                    },
+                    verify: Some(FileHandle {
+                        handle_type: 1,
+                        bytes: vec![1, 2, 3, 4, 5, 6, 7, 8],
+                    }),
+                },
+                MigratedInode {
+                    id: 6,
+                    refs: 1,
+                    generation: 0,
+                    file_type: Some(libc::S_IFREG),
+                    location: Location::FullPath {
+                        path: b"d/f".to_vec(),
+                    },
+                    verify: None,
+                },
+                MigratedInode {
+                    id: 7,
+                    refs: 1,
+                    generation: 0,
+                    file_type: None,
+                    location: Location::Handle(FileHandle {
+                        handle_type: 0x81,
+                        bytes: vec![9; 12],
+                    }),
+                    verify: None,
+                },
+                MigratedInode {
+                    id: 8,
+                    refs: 1,
+                    generation: 0,
+                    file_type: Some(libc::S_IFREG),
+                    location: Location::Invalid {
+                        why: "deleted while the guest holds it".into(),
+                    },
+                    verify: None,
+                },
+            ],
+            handles: vec![MigratedHandle {
+                fh: 3,
+                inode: 6,
+                flags: libc::O_RDONLY,
+            }],
+        },
+    }
+}
+
+#[test]
+fn state_samples_decode_and_the_current_one_is_what_this_build_writes() {
+    check_sample(
+        &format!("state-v{}.bin", frame::FORMAT_VERSION),
+        &state().encode().unwrap(),
+    );
+    for v in frame::MIN_FORMAT_VERSION..=frame::FORMAT_VERSION {
+        let blob = std::fs::read(golden(&format!("state-v{v}.bin")))
+            .unwrap_or_else(|e| panic!("state-v{v}.bin: {e}"));
+        let st = DaemonState::decode(&blob).unwrap_or_else(|e| panic!("state v{v}: {e}"));
+        if v == frame::FORMAT_VERSION {
+            assert_eq!(st, state());
+        }
+    }
+}
+
+#[test]
+fn migration_samples_decode_and_the_current_one_is_what_this_build_writes() {
+    let blob = migration_stream().encode().unwrap();
+    check_sample(&format!("migration-v{MIGRATION_VERSION}.bin"), &blob);
+    let sample = std::fs::read(golden(&format!("migration-v{MIGRATION_VERSION}.bin"))).unwrap();
+    assert_eq!(
+        migration::decode(&sample).unwrap(),
+        Received::Ours(migration_stream())
+    );
+}
+
+#[test]
+fn a_newer_state_is_refused_naming_both_versions() {
+    let mut blob = state().encode().unwrap();
+    let newer = frame::FORMAT_VERSION + 1;
+    blob[8..12].copy_from_slice(&newer.to_le_bytes());
+    let e = DaemonState::decode(&blob).unwrap_err();
+    let text = format!(
+        "{e}: {}",
+        std::error::Error::source(&e)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
+    assert!(text.contains(&newer.to_string()), "{text}");
+    assert!(text.contains(&frame::FORMAT_VERSION.to_string()), "{text}");
+}
+
+/// The crash-restart journal is shared memory between a holder and its
+/// serving processes (one build; a live upgrade starts a new journal): its
+/// layout is pinned all the same, from a small journal with one node and
+/// one handle, so that a change to it is a deliberate one.
+#[test]
+fn the_journal_layout_is_what_this_build_writes() {
+    use std::os::fd::{AsFd, OwnedFd};
+    use xvfs_fs::journal::{Journal, NodeOrigin, JOURNAL_VERSION};
+    let f: OwnedFd = tempfile().into();
+    let j = Journal::create(f.as_fd(), 1, 4, 4).unwrap();
+    let slot = j.add_node(
+        0,
+        5,
+        (2049, 77),
+        libc::S_IFREG,
+        &NodeOrigin {
+            handle: Some((1, &[1, 2, 3, 4, 5, 6, 7, 8])),
+            parent: Some((1, b"f")),
+        },
+    );
+    j.set_refs(slot, 2);
+    j.add_handle(0, 3, 5, libc::O_RDWR);
+    j.set_session(Some(session()));
+    j.set_holder_pid(0);
+    drop(j);
+    let bytes = std::fs::read(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&f)
+    ))
+    .unwrap();
+    check_sample(&format!("journal-v{JOURNAL_VERSION}.bin"), &bytes);
+}
+
+fn tempfile() -> std::fs::File {
+    let path = std::env::temp_dir().join(format!("xvfs-golden-{}", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f
+}
