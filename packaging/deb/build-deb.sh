@@ -25,8 +25,9 @@ for tool in dpkg-deb dpkg-shlibdeps strip gzip; do
     command -v "$tool" >/dev/null || die "$tool is missing (apt-get install dpkg-dev binutils)"
 done
 
-# "xvirtiofsd 0.1.0" or "xvirtiofsd 0.1.0+tag"; Debian takes both as versions.
-version=$("$BIN" --version | awk '{print $2}')
+# First line "xvirtiofsd 0.2.0 (commit C)" or "xvirtiofsd 0.2.0+tag (commit C)";
+# Debian takes both versions.
+version=$("$BIN" --version | head -n 1 | awk '{print $2}')
 [[ $version =~ ^[0-9][0-9A-Za-z.+~-]*$ ]] || die "unexpected --version output: $version"
 
 rm -rf "$STAGE"

@@ -41,7 +41,7 @@ if [ ! -f "$deb" ]; then
     vmt_summary
 fi
 pass "package built: $(basename "$deb")"
-version=$("$XVFS_ROOT/host/target/release/xvirtiofsd" --version | awk '{print $2}')
+version=$("$XVFS_ROOT/host/target/release/xvirtiofsd" --version | head -n 1 | awk '{print $2}')
 assert_eq "$version" "$(dpkg-deb -f "$deb" Version)" "package version is the daemon's --version"
 
 # apt's own answer to "what would installing this pull in?"
@@ -54,7 +54,7 @@ assert_eq installed "$(package_state)" "dpkg reports the package installed"
 for f in "${INSTALLED_FILES[@]}"; do
     assert_ok "installed: $f" test -s "$f"
 done
-assert_eq "xvirtiofsd $version" "$(/usr/libexec/xvirtiofsd --version)" "/usr/libexec/xvirtiofsd --version"
+assert_eq "xvirtiofsd $version" "$(/usr/libexec/xvirtiofsd --version | head -n 1 | cut -d" " -f1,2)" "/usr/libexec/xvirtiofsd --version"
 assert_eq "fs /usr/libexec/xvirtiofsd" \
     "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["type"], d["binary"])' \
         /usr/share/qemu/vhost-user/40-xvirtiofsd.json 2>&1)" \

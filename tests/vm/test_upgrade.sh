@@ -43,8 +43,8 @@ build_pair() {
     cp "$release/xvirtiofsd" "$BIN_DIR/xvirtiofsd-a"
 }
 build_pair
-VERSION_A=$("$BIN_DIR/xvirtiofsd-a" --version | awk '{print $2}')
-VERSION_B=$("$BIN_DIR/xvirtiofsd-b" --version | awk '{print $2}')
+VERSION_A=$("$BIN_DIR/xvirtiofsd-a" --version | head -n 1 | awk '{print $2}')
+VERSION_B=$("$BIN_DIR/xvirtiofsd-b" --version | head -n 1 | awk '{print $2}')
 assert_ok "the two builds report different versions ($VERSION_A, $VERSION_B)" test "$VERSION_A" != "$VERSION_B"
 
 GUEST_SCRIPT=$WORKLOAD_GUEST_SCRIPT

@@ -12,6 +12,18 @@ pub use virtio_fs_ext::config::{
 
 /// `--version`: the package version, with the build tag if one was set.
 pub const VERSION: &str = env!("XVFS_VERSION");
+/// The git commit this build is of.
+pub const COMMIT: &str = env!("XVFS_COMMIT");
+/// `-V`: the version and the commit.
+pub const VERSION_LINE: &str = concat!(env!("XVFS_VERSION"), " (commit ", env!("XVFS_COMMIT"), ")");
+
+/// `--version`: the version, the commit, and each encoded format this
+/// build writes and the versions it reads (docs/live-upgrade.md,
+/// "Compatibility").
+pub fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| format!("{VERSION_LINE}\n{}", virtio_fs_ext::formats::describe()))
+}
 
 pub const ABOUT: &str =
     "vhost-user-fs back-end: serves a host directory to virtual machines over virtio-fs";
@@ -105,7 +117,8 @@ pub enum InodeFileHandles {
 #[derive(Debug, Parser)]
 #[command(
     name = "xvirtiofsd",
-    version = VERSION,
+    version = VERSION_LINE,
+    long_version = long_version(),
     about = ABOUT,
     long_about = LONG_ABOUT,
     after_long_help = AFTER_HELP,

@@ -80,6 +80,10 @@ pub fn now_unix_ms() -> u64 {
 #[derive(Debug, Serialize)]
 pub struct StatusReply {
     pub version: String,
+    /// The git commit of the build.
+    pub commit: String,
+    /// Each encoded format: the version written and the versions read.
+    pub formats: Vec<FormatReport>,
     pub pid: u32,
     /// The host pid of the process that holds the connection (the
     /// supervisor's child with --sandbox namespace).
@@ -95,6 +99,15 @@ pub struct StatusReply {
     /// The daemon runs in a user namespace of its own (`--uid-map`, or not
     /// root): it cannot be live-upgraded.
     pub user_namespace: bool,
+}
+
+/// One encoded format, in a `status` reply.
+#[derive(Debug, Serialize)]
+pub struct FormatReport {
+    pub name: &'static str,
+    pub writes: u32,
+    /// Oldest and newest version read.
+    pub reads: [u32; 2],
 }
 
 /// The part of a `status` reply the command-line client reads back.
@@ -113,6 +126,15 @@ impl StatusInfo {
     pub fn reply(&self) -> StatusReply {
         StatusReply {
             version: self.version.to_string(),
+            commit: crate::cli::COMMIT.to_string(),
+            formats: virtio_fs_ext::formats::all()
+                .into_iter()
+                .map(|f| FormatReport {
+                    name: f.name,
+                    writes: f.writes,
+                    reads: [*f.reads.start(), *f.reads.end()],
+                })
+                .collect(),
             pid: crate::sandbox::daemon_pid(),
             serving_pid: crate::sandbox::serving_pid(),
             uptime_s: now_unix_ms().saturating_sub(self.started_unix_ms) / 1000,
