@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # make bench-daemon: xvirtiofsd against upstream virtiofsd and native system
 # calls, measured with bench/loadgen (no VM: loadgen is the VMM and the guest).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Filebench suite side by side: the same workloads, sizes and guest on
 #   xvirtiofsd   our daemon (host/target/release/xvirtiofsd), guest on the share
 #   xvirtiofsd-mq  the same with 2 request queues (one worker each) and

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Turns a bench-daemon result directory (raw/*.json from loadgen, meta.txt)
 into report.md (median per case and variant, ratios against virtiofsd and
 native system calls, the issue's targets with PASS/MISS) and plot.png.

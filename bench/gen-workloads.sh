@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Writes bench/workloads/*.f: the 45 workloads of the FUSE performance paper
 # (Table 5/6 of "To FUSE or Not to FUSE"), in Filebench's language.
 #

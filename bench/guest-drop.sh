@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Drops the guest's caches, then asks the host to drop its own through the
 # share (bench/bench.sh answers: it deletes the request once done). Waits at
 # most 30 s for the host. In the image as /opt/xvfs/bin/xvfs-drop-caches.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Puts xfilebench, the guest runner and the workloads into the guest image:
 # rewrites our block of build/guest/extra-files.txt (between the
 # "# >>> xvfs-filebench" and "# <<< xvfs-filebench" lines, leaving every

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Report of a bench/bench.sh run: report.md in the form of the FUSE
 performance paper's Table 6 (ops/s per workload, % difference against
 host-native and against virtiofsd, the paper's classes), the paper's Stackfs

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run-personalities-vm.sh DIR [SECONDS]: runs every Filebench personality
 # (*.f) in DIR through the guest image's xfilebench, on an xvirtiofsd share,
 # in one guest boot: the guest-side twin of

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs a list of Filebench workloads with xfilebench, one JSON result each.
 # POSIX sh: the same script runs on the host and in the guest (busybox), where
 # the image carries it as /opt/xvfs/bin/xvfs-bench-run.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the xvirtiofs guest: a PVH vmlinux and an uncompressed cpio initramfs.
 #
 # Offline from Debian packages (no install, no chroot):

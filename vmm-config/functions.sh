@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Shared helpers for the xvirtiofs shell scripts. Source it; do not run it.
 #

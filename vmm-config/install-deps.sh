@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Install everything the VM workflow needs on Debian 12 (bookworm). Idempotent:
 # every step first checks whether its result is already there, so a second
 # run takes well under a second.

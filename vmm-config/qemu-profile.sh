@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Library (source it): pick the accelerator and render the QEMU command line
 # from vmm-config/qemu-x86_64.args.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the Buildroot variant of the xvirtiofs guest (make image IMAGE=buildroot):
 # the same /init contract as the Debian image (guest-image/rootfs), built by
 # Buildroot from Debian source packages without the internet.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run Buildroot's utils/check-package on every file of this external tree.
 # check-package needs the python modules magic and flake8: they go into a venv
 # in build/buildroot/venv (pip), once. Runs from the repository root, so that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Paths shared by the Buildroot image scripts (source it after
 # vmm-config/functions.sh). Everything they make lives under build/buildroot/.

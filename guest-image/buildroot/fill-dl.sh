@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fill Buildroot's download directory (build/buildroot/dl) from Debian source
 # packages, so that the image builds without the internet.
 #

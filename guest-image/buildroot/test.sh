@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # make test-buildroot: the VM tests tests/vm/test_ops.sh and test_filebench.sh,
 # unchanged (same assertions), against the Buildroot guest
 # (build/guest-buildroot/, made by build.sh) instead of the Debian one: they

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Assemble the external toolchain of the Buildroot image in build/buildroot/toolchain:
 # Debian's gcc-12 (the installed package, copied so that it is relocated) with a
 # clean sysroot made of bookworm .debs, so that nothing of the build host leaks

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run-personalities.sh DIR [SECONDS]: runs every Filebench personality (*.f)
 # in DIR (e.g. the workloads/ folder of a Filebench 1.5 checkout) through
 # xfilebench, unchanged but for what -D overrides, and prints one line per

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the fuzz targets of xvirtiofs for a while and reports what they ran.
 set -eu -o pipefail
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Sets XVFS_VERSION: the package version, plus `+TAG` when the build
 //! environment has XVFS_BUILD_TAG (used to build two distinguishable daemons
 //! for the live-upgrade tests); and XVFS_COMMIT: the git commit the build

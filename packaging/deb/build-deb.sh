@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds build/deb/xvirtiofsd_<version>_amd64.deb from the release binary
 # (make deb runs `make build` first): the daemon in /usr/libexec, the
 # vhost-user descriptor in /usr/share/qemu/vhost-user/ (libvirt finds it

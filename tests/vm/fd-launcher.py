@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Start a vhost-user-fs daemon the way libvirt does: create the listening
 socket here and pass it as --fd=N.
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of tests/vm/libvirt-agent.sh (busybox sh, runs inside the guest).
 #
 # The domain boots with xvfs.cmd=$(agent_bootstrap): a loop that waits for the

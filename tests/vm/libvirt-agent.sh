@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Host side of the guest command channel used by the libvirt test (source it).
 # The channel needs no console or network: commands travel as files on a

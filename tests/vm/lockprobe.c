@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lock helper for tests/vm/test_locks.sh, run in the guest (static).
  *   lockprobe hold-fcntl|hold-flock FILE READY RELEASE
  *       take a write (exclusive) lock, waiting; create READY; exit when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Guest side of tests/vm/test_nameless.sh: holds four files with no name
  * left on the share while the host kills (and upgrades) the daemon, and
  * checks every read and write of them.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # File-system operations exercised by tests/vm/test_ops.sh. They run twice with
 # the same busybox tools: in the guest on the virtio-fs share and on the host
 # in a scratch directory. Usage: ops-steps.sh WORKDIR METADIR

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Minimal QMP client for the VM tests.
 
     qmp.py SOCKET COMMAND [JSON-ARGUMENTS]   run one command, print its return

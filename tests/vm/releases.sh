@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Builds of the releases listed in RELEASES, for the cross-version tests.
 # Source after lib.sh.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: virtiofsd options whose meaning a guest sees (issue 13), each
 # against the default in a second boot.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test (and `make crash-demo`): crash restart under I/O.
 #
 # The daemon runs with --crash-restart while the guest runs the workload of

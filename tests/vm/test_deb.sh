@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: the Debian package. `make deb`'s script builds
 # xvirtiofsd_<version>_amd64.deb; the test checks that apt would install
 # nothing else with it, installs it with dpkg -i, checks every installed file

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test (issue 29): a directory the guest holds is moved out of the share
 # by a host process, next to a host secret. The guest, whose shell sits in
 # that directory, then tries to reach the secret through `..` (one to four

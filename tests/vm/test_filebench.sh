@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: the Filebench suite end to end, small. bench/bench.sh runs two
 # workloads (seq-rd-1th-1f-4k and files-cr-1th) once through the guest runner
 # on the xvirtiofsd share and once on the host, then bench/report.py writes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: xvirtiofsd under libvirt 11 (bookworm-backports).
 #
 # Brings up libvirt (vmm-config/libvirt-up), boots a transient domain with no

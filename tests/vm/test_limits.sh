@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: the cap on host descriptors held for the guest (--max-open), then
 # a live upgrade at the cap.
 #

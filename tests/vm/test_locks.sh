@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: locks between two guests sharing one directory (-o posix_lock,
 # -o flock; issue 13). Two QEMU guests, each with its own xvirtiofsd on the
 # same directory, run at once; files in the share (--cache never) pace them.

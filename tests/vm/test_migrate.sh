@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: live migration of a VM with a virtio-fs share, between two QEMU
 # processes on this machine (QEMU's -incoming), each with its own daemon on
 # the same directory.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: multi-queue virtio-fs. The guest boots with 2 vCPUs and
 # num-request-queues=2 (Linux >= 6.10 spreads requests over the queues by
 # submitting CPU) and runs a parallel fio job with data verification, once with

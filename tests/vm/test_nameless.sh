@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: crash restart keeps the files the guest holds that have no name
 # left (docs/crash-restart.md, "Files with no name left").
 #

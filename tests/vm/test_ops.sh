@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: file-system operations through a real guest on the virtio-fs share.
 #
 # One boot runs tests/vm/ops-steps.sh in the guest on /mnt/shared/work; the

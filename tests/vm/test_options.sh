@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: every option and -o key of docs/virtiofsd-compat.md, one at a
 # time. An option that is served starts the daemon and a guest that mounts
 # the share and reads a host file through it; a refused one makes the daemon

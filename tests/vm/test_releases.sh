@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test: live upgrade between different builds (docs/live-upgrade.md,
 # "Compatibility"). The builds come from git history through RELEASES
 # (tests/vm/releases.sh; cached under build/releases/).

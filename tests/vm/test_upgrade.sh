@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # VM test (and `make upgrade-demo`): live upgrade under I/O.
 #
 # The guest runs, all at once, on the share: a steady stream of small writes

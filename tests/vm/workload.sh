@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # The guest I/O workload the no-downtime tests (upgrade, crash restart) run
 # while the host disrupts the daemon, and its checks. Source after lib.sh.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The daemon's domain settings, defined once: the command line parses them
 //! (`clap::ValueEnum`) and the state blob carries them (serde). A state blob
 //! naming a value this build does not know is refused when it is decoded;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), as used by zlib.
 
 const fn table() -> [u32; 256] {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Every encoded format a release writes and the versions it reads, in one
 //! place: `xvirtiofsd --version` and `status` print this table, and the
 //! golden samples under `virtio-fs-ext/tests/golden/` pin each version's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The envelope of a state blob:
 //!
 //! ```text

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The handover protocol between a running daemon (the *old* one) and its
 //! successor (the *new* one), over a connected Unix stream socket.
 //!

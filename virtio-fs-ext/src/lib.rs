@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The extensions xvirtiofs adds to virtio-fs, shared by both sides of a
 //! handover (the running daemon and the one that takes over):
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The device state a back-end hands QEMU for VM live migration
 //! (VHOST_USER_PROTOCOL_F_DEVICE_STATE), and the one it accepts back.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The state a daemon hands to its successor (format version
 //! [`frame::FORMAT_VERSION`]: one number for the whole blob).
 //!

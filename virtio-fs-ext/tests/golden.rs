@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Golden samples: the bytes of every format version this build reads,
 //! committed under `tests/golden/`. Each must still decode (to the value
 //! below, for the version this build writes), and what this build writes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `aiowrite` / `aiowait`: writes that go on while the thread runs its next
 //! flowops, as Filebench's POSIX AIO does.
 //!

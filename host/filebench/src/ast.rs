@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The parsed form of a workload file. Values stay unresolved (`$var`
 //! references are looked up when a statement runs, so `-D` overrides and later
 //! `set`s apply).

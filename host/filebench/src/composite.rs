@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Composite flowops (`define flowop name=N, $p { flowop … }`): the parser
 //! expands each use into a [`FlowopKind::Composite`] marker, the body with
 //! the call's `$p=value` bindings substituted, and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The distributions of Filebench's custom variables (`cvar(type=cvar-…)`):
 //! their parameters, defaults and draws. Parameter names and defaults are
 //! those of Filebench's cvar library; a draw below zero (possible for

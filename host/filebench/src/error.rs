@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Errors of the runner: every one names the workload file and line.
 
 use std::fmt;

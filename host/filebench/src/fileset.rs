@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Filesets: the tree Filebench builds, and the pick lists flowops draw from.
 //!
 //! # The tree

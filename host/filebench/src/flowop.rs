@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Flowops as they run: one [`Worker`] per thread instance loops over its
 //! thread's flowops until the run stops.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Tokens of Filebench's workload model language.
 //!
 //! The language is line oriented: a statement ends at a newline, except inside

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `xfilebench`: a runner for Filebench's workload model language.
 //!
 //! It takes a Filebench `.f` file unchanged (`-f FILE.f`, `-D var=value` to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The event system: `eventgen rate=N` posts events into one pool shared by
 //! every thread of the run, and the four limit flowops take events out of it
 //! (Filebench's `eventgen.c` and `flowoplib_eventlimit`, `_iopslimit`,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `xfilebench -f WORKLOAD.f [-D var=value]… [--json OUT]`: runs a Filebench
 //! workload and prints Filebench's per-flowop breakdown and IO Summary.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Parser of the workload model language into [`Script`].
 //!
 //! Every construct the runner does not know is an error naming the file and

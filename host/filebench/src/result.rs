@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The JSON result file: the workload, its variables, and per run the
 //! summary, CPU time and per-flowop ops, bytes and latency percentiles.
 //! Serialized with `serde_json`; a non-finite figure is written as `null`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A small, seedable random number generator (xorshift64*) with the gamma
 //! distribution Filebench draws file sizes, directory widths and depths from.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `semblock` and `sempost` as Filebench's System V semaphores
 //! (`flowoplib_semblock_init`, `flowoplib_semblock`, `flowoplib_sempost` in
 //! `flowop_library.c`; Filebench uses System V semaphores where the system

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! State the threads of a run share: the stop flag, why the run ended,
 //! semaphores ([`crate::sem`]), block/wakeup points and the event
 //! generator ([`crate::limit`]).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Per-flowop statistics, Filebench's summary lines, and the figures of the
 //! JSON result.
 

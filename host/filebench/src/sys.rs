@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The few system calls std does not offer: CPU time, sync, dropping caches.
 
 use std::io;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Variables and values: numbers with k/m/g/t suffixes (powers of 1024, as in
 //! Filebench), booleans, strings, and the random `cvar`s ([`Dist`]).
 

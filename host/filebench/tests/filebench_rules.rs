@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The pacing and end-of-run rules of Filebench 1.5 (eventgen, the limit
 //! flowops, the semaphores, `mode quit`), each pinned by a small run on a
 //! temporary directory. The figures are throughput as the run reports it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Parser tests: every construct of the language, and malformed files with
 //! the line of the error.
 // Test code: a failed unwrap is a failed test.

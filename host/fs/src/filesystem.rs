@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The file system seam: what the FUSE server asks of a file system.
 //!
 //! [`FileSystem`] has one method per FUSE operation, with typed arguments

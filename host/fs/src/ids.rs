@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! UID and GID translation between guest and host (`--translate-uid`,
 //! `--translate-gid`, virtiofsd's forms): done by the FUSE layer on every
 //! request's caller IDs and SETATTR owner (guest to host) and on every

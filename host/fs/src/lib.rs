@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! FUSE protocol, file system seam and the passthrough file system of
 //! xvirtiofsd.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! An in-memory file system: directories, regular files (data in a `Vec<u8>`)
 //! and symlinks, with lookup counts and FORGET. It proves the
 //! [`FileSystem`] seam and serves tests and the fuzzer; it is not tuned.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A tiny per-call-site rate limiter for log lines a guest can trigger.
 //!
 //! A hostile guest can send millions of malformed requests per second; each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Raw system calls, each behind a safe wrapper.
 //!
 //! This is the only module of the crate with `unsafe` code. Every wrapper takes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Crash restart without a VM: a file system journals its tables, "crashes"
 //! (is dropped), and a new one rebuilds them from the journal; replayed
 //! requests whose outcome was unknown are resolved, never repeated.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `--inode-file-handles`: inodes held as file handles, opened for each use;
 //! `prefer` falls back to descriptors, `mandatory` fails where the file
 //! system has no handles.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Crash restart keeps files with no name left: a file system hands the
 //! descriptors of held files that lose their name to a keeper (the holder),
 //! "crashes" (is dropped: every descriptor of its own closes), and a new one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! POSIX record locks and flock (`-o posix_lock`, `-o flock`): held on the
 //! host, conflicting between guest owners and with host processes, released
 //! as the guest kernel asks, and SETLKW waiting without a reply.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The in-memory file system served through the same `Server`: a scripted
 //! session proves the `FileSystem` seam, and `restore_session` refuses what
 //! this server cannot speak.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! VM live migration of the inode and handle tables: a source describes them
 //! (no descriptors), a destination on the same directory opens them again.
 // Test code: a failed unwrap is a failed test.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Functional tests: each FUSE operation against a temporary directory.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

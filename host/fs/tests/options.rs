@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! virtiofsd options with a protocol meaning (issue 13): what each one
 //! changes in the FUSE session, against a temporary directory.
 // Test code: a failed unwrap is a failed test.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Feeds arbitrary bytes as one FUSE request to a `Server`, over a read-only
 //! temporary directory (passthrough) or an in-memory file system (memfs).
 //! Checks that it never panics and that every reply's out header `len` equals

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Feeds arbitrary bytes as a guest's virtqueue (descriptor table, avail
 //! ring, buffers) to the daemon's queue code, which serves it once against a
 //! read-only temporary directory. Checks that it never panics, never serves

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Shared by the fuzz targets: the INIT request that starts a FUSE session
 //! (every flag offered, protocol 7.41), so that later requests reach the
 //! file system.

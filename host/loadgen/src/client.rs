@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The guest driver: request queues shared by client threads, per-request
 //! slots with their buffers, submission with EVENT_IDX kicks, and the two
 //! ways of waiting for replies.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The files the workloads use, created on the host side of the shared
 //! directory under `xvfs-loadgen/` (kept between runs; rebuilt when wrong).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The FUSE requests the load generator sends and the replies it reads, built
 //! on the daemon's own wire format (`xvfs_fs::abi`), so that both sides share
 //! one definition of every structure.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `loadgen`: a load generator for vhost-user-fs back-ends. It plays the VMM
 //! (vhost-user front-end: features, memory table, vrings) and the guest's
 //! virtio-fs driver (split rings in a memfd, FUSE requests) at once, runs one

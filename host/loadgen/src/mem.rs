@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Guest memory: one memfd, mapped shared here and handed to the back-end
 //! with SET_MEM_TABLE. Guest physical address 0 is the start of the memfd.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The same operations as plain system calls on the host: the limit a
 //! back-end can approach. One operation at a time per thread (depth 1).
 //!

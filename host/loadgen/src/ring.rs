@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The driver side of a split virtqueue (virtio 1.x, section 2.7), as a guest
 //! driver keeps it: descriptors and the avail ring written by us, the used ring
 //! read by us, EVENT_IDX in both directions.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! One measured run: fixture, back-end, set-up, client threads, JSON.
 
 use std::io;

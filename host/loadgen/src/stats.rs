@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Per-thread counters and latency samples, merged into one summary.
 //!
 //! Latencies are kept exactly (one u32 of nanoseconds per operation, about

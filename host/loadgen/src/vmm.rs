@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The VMM half: start (or find) the back-end, connect to its socket, and
 //! do what QEMU does for a vhost-user-fs device — features, memory table,
 //! one vring per queue — with rings this process then drives as the guest.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The workloads as per-slot state machines over FUSE requests, and the
 //! client thread loop that keeps `depth` operations in flight.
 

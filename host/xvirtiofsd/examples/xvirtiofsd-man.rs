@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Writes the manual pages of `xvirtiofsd` from its clap definition:
 //! `xvirtiofsd.1`, `xvirtiofsd-status.1` and `xvirtiofsd-upgrade.1` in DIR.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Test hook (`fault-injection` builds only; a release binary has none): an
 //! attacker inside the serving process, standing in for code a guest
 //! managed to inject. With `XVFS_ATTACK=1` in its environment, a serving

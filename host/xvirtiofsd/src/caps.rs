@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Capabilities: a daemon running as root keeps only what serving files as
 //! their owners needs, adjusted with `--modcaps` (virtiofsd's syntax:
 //! `+name` adds, `-name` removes, `:`-separated, case-insensitive, with or

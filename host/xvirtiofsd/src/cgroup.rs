@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Joining another process's cgroups: a successor started by `xvirtiofsd
 //! upgrade` begins in the caller's cgroups and moves itself into those of the
 //! daemon it replaces (libvirt puts its daemons in the domain's cgroups).

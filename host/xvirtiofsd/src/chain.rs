@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! One virtio descriptor chain as the FUSE layer's request reader and reply writer.
 //!
 //! The chain is translated once into host-memory segments: the device-readable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Crash restart, serving side: the link to the holder (`holder.rs`).
 //!
 //! The holder starts this process with two inherited descriptors: a socket

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Command line: a drop-in for virtiofsd's common use, as libvirt, QEMU users and
 //! scripts spell it (`--socket-path`, `--fd`, `--shared-dir`, `-o source=…`, …).
 

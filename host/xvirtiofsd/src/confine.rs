@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Confining a serving process: the sandbox first, then the share.
 //!
 //! Every serving process (a fresh daemon, a live upgrade's successor, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The control socket: a Unix socket beside the daemon, for `xvirtiofsd status`
 //! and for a successor daemon to request a handover.
 //!

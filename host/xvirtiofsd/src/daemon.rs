@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The daemon's lifecycle, in three steps: set up ([`Daemon::fresh`] from the
 //! command line, or [`Daemon::adopt`] from a predecessor's state), then
 //! [`Daemon::serve`] until the front-end leaves or a successor takes over.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The dirty-page log of a VM live migration (VHOST_F_LOG_ALL with
 //! VHOST_USER_PROTOCOL_F_LOG_SHMFD): a bitmap the front-end shares, one bit
 //! per 4 KiB page of guest physical memory. While logging is on, every

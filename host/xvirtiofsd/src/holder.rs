@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Crash restart: the holder (`--crash-restart`).
 //!
 //! The process started as the daemon becomes the *holder*: it creates the

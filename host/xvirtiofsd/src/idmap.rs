@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `--uid-map` / `--gid-map`: the daemon runs in a user namespace whose IDs
 //! map to a range of host IDs (libvirt's `<idmap>`), so that what the guest
 //! creates as uid 0 is owned on the host by the mapped uid, and host files

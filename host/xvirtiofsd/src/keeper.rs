@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Crash restart: the holder keeps the descriptors of files with no name
 //! left (`xvfs_fs::passthrough::Keeper`, see `keep.rs` there).
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! xvirtiofsd: a vhost-user-fs back-end that serves a host directory to virtual
 //! machines over virtio-fs.
 //!

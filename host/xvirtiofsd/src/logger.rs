@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A small logger to standard error (UTC timestamp, level, thread, message),
 //! or, after [`use_syslog`], to the system logger (level as priority, thread
 //! and message; syslog adds the time and pid).

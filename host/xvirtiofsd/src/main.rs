@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The `xvirtiofsd` command: parses the command line, runs the daemon's
 //! lifecycle ([`xvirtiofsd::daemon`]) — fresh, or taking a running daemon's
 //! connection over (live upgrade) — or talks to a running daemon (`status`,

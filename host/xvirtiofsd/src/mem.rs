@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Guest memory: the regions the front-end shares with us (SET_MEM_TABLE,
 //! ADD/REM_MEM_REG), mapped into this process, and the address translations the
 //! data path needs (front-end virtual address → guest physical address → host

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Per-queue counters, updated by each queue's own worker without locks
 //! (relaxed atomics: one writer per queue, readers only want a recent value),
 //! and their JSON rendering for `--metrics-file` and the control socket.

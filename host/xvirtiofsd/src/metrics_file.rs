@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `--metrics-file`: the per-queue counters as JSON, rewritten every second.
 //!
 //! The directory is opened before the sandbox is entered, so the file stays

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! VM live migration of the device state: what the source writes into QEMU's
 //! migration stream and what the destination makes of it (the vhost-user
 //! messages are in `vhost_user::device`). The rings are stopped meanwhile.

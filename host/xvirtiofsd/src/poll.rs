@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The busy-event wait of the queue workers (XFUSE) and its policy.
 //!
 //! After serving a batch the worker keeps guest notifications suppressed and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Queue workers: one thread per started virtqueue, named after it (`xvfs-q1`),
 //! owning its ring without locks. A worker pops descriptor chains, hands each to
 //! the FUSE server, publishes the reply to the used ring and notifies the guest.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The record of a daemon's first start: the command line of the process
 //! its operator (libvirt, systemd, a person) started, as a JSON array of
 //! strings in a file beside the control socket, `<control>.args` (e.g.

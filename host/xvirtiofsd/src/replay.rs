@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The queue worker's side of crash restart: every request that changes
 //! something is recorded in the journal before the server acts and with its
 //! reply after; after a crash, the request the predecessor had in flight is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Confinement of the daemon process: namespaces or chroot around the shared
 //! directory, and an optional seccomp allow-list of system calls.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Tells a service manager (systemd, `Type=notify`) about the daemon:
 //! `READY=1` once it waits for the front-end, and the main pid after a live
 //! upgrade, so that the unit follows the new process (sd_notify(3) protocol:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The daemon's settings: the command line as plain state ([`ConfigState`],
 //! what a live upgrade or a crash restart hands on), and the configuration
 //! of each component derived from that state.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Creating the daemon's listening sockets without a race: the mode is set
 //! by the umask in force at `bind` (never by a later chmod of the path), the
 //! group is changed relative to the parent directory's descriptor without

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A live upgrade's successor, before it adopts the running daemon's state:
 //! everything that needs a host path or takes milliseconds (cgroups, the
 //! shared directory, the metrics file, the sandbox, capabilities, seccomp)

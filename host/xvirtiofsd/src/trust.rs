@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! What a live-upgrade successor believes of the state it receives.
 //!
 //! The peer on the control socket is checked first (`sys::peer_trusted`), but

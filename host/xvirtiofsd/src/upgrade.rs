@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Live upgrade: hand the live vhost-user connection, the guest memory, the
 //! eventfds and the open files to a new daemon without the guest noticing.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test code: unwrap/expect are fine here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The record of the first start's options (issue 29): a daemon started

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test code: unwrap/expect are fine here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! A live-upgrade successor trusts neither the peer on the control socket nor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! When a worker tells the guest about replies: at once while the guest has
 //! few requests queued, once the backlog runs low when it has many
 //! (`queue::NOTIFY_BACKLOG`), never losing a notification the guest asked for.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Protocol tests: the daemon's vhost-user control plane and queue workers driven
 //! by vhost's `Frontend` and mock guest rings, without a VM.
 // Test code: a failed unwrap is a failed test.

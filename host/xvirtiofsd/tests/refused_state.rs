@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A successor that cannot read the state it receives (an unknown enum
 //! value, another format version, a truncated field) refuses it with a clear
 //! error, and the running daemon resumes its queues and keeps serving.

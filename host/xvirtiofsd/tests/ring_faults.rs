@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A guest that corrupts one request queue's ring: the queue is marked broken
 //! within one batch (its worker ends instead of spinning, one fault counted,
 //! the SET_VRING_ERR eventfd signalled), the other request queue keeps

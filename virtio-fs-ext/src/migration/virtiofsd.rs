@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! virtiofsd's device state (1.11 to 1.14), as a destination reads it.
 //!
 //! virtiofsd writes the postcard encoding of an enum with two variants (the

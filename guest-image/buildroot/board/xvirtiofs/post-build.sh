@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Buildroot post-build script of the xvirtiofs guest ($1 = TARGET_DIR).
 #
 # The image boots Debian's kernel (guest-image/build.sh --kernel-only puts

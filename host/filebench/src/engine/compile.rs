@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! From the script to what runs: fileset specifications from `define
 //! fileset|file`, and the per-thread plans of compiled flowops (attributes
 //! resolved, names linked: semaphores, wake points, limit and finish

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Runs a parsed workload statement by statement: variables, filesets,
 //! processes (thread instances), runs and their statistics.
 //!

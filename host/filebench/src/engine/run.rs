@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `run` and `psrun`: start the processes, wait for the end of the run,
 //! report its figures.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Flowops that pace or synchronise a thread: delay, hog, finishoncount,
 //! finishonbytes, the limits (eventlimit, iopslimit, opslimit, bwlimit; see
 //! [`crate::limit`]), semblock, sempost (see [`crate::sem`]), block, wakeup.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! File and directory flowops: createfile, openfile, closefile, deletefile,
 //! statfile, makedir/removedir, listdir.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Data flowops: read, write, aiowrite, aiowait, readwholefile,
 //! writewholefile, appendfile, appendfilerand, fsync, fsyncset.
 

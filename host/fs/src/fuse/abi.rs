@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The FUSE wire format, protocol 7.41 (Linux 6.12, `include/uapi/linux/fuse.h`).
 //!
 //! Every structure is `#[repr(C)]` with the exact field layout of the kernel

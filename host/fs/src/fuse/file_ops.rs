@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! One function per opcode for the handle operations (open files and
 //! directories), including the zero-copy READ and WRITE paths.
 

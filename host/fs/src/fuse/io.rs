@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The two ends of one request as the file system sees them.
 //!
 //! The transport (virtio descriptor chains in the daemon, byte buffers in tests and

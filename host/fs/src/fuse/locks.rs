@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! POSIX record locks and flock (`-o posix_lock`, `-o flock`): GETLK, SETLK
 //! and SETLKW, served by the file system on the host, where other guests
 //! and host processes see them.

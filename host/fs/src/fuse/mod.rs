@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The FUSE layer: wire format ([`abi`]), transport ends ([`io`]), the
 //! negotiated [`session`] and the [`server`] that parses requests, calls a
 //! [`FileSystem`](crate::filesystem::FileSystem) and encodes replies.

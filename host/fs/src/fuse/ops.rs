@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! One function per opcode for the node and metadata operations: parse the
 //! body, call the file system, encode the reply.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! FUSE_SECURITY_CTX (`--security-label`): the security context the guest's
 //! security module gives a file it creates travels as a request extension of
 //! MKNOD, MKDIR, SYMLINK, CREATE and TMPFILE; it is set on the new file

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The FUSE request dispatcher.
 //!
 //! [`Server::handle`] reads one request from a [`RequestReader`], checks it,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The negotiated FUSE session: what INIT settled, saved and restored across
 //! a live upgrade.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Request parsing and reply writing shared by every opcode: the error type of
 //! the FUSE layer, the body cursor, name checks and reply helpers.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The crash-restart journal: what a new serving process needs to continue
 //! a crashed one's work, kept current in a shared memory file that outlives
 //! the process (the holder owns it; see `docs/crash-restart.md`).

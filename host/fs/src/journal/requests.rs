@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The journal's request slots: the one request in flight per queue, and the
 //! thread-local state through which the file system notes what a replay
 //! needs and learns that it is replaying.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Configuration and errors of a [`PassthroughFs`](super::PassthroughFs).
 
 use std::collections::HashMap;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Crash restart: the tables are journaled ([`crate::journal`]) while the
 //! process serves, and a new process rebuilds them from a crashed one's
 //! journal. Rebuilding goes through the checks of a VM live migration's load

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Per-thread switch to the guest caller's file-system ids.
 //!
 //! Creation requests (MKNOD, MKDIR, SYMLINK, CREATE, TMPFILE) run with the

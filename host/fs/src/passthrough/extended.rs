@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The extended operations of [`PassthroughFs`]: extended attributes, range
 //! operations on open files (fallocate, lseek, copy_file_range) and syncfs.
 

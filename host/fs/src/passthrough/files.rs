@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Open files and directories: OPEN, CREATE, TMPFILE, RELEASE, FLUSH, FSYNC,
 //! OPENDIR and READDIR, and the open flags the guest may ask for.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! [`FileSystem`] for [`PassthroughFs`]: the typed FUSE operations, mapped onto
 //! the host calls of the parent module. READ and WRITE copy between the host
 //! descriptor and guest memory with `preadv`/`pwritev`, no staging buffer.

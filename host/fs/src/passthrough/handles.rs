@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `--inode-file-handles`: inodes held as file handles (`name_to_handle_at`)
 //! instead of `O_PATH` descriptors, so that the inodes a guest holds cost
 //! no descriptor; each use opens the handle (`open_by_handle_at`, which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Crash restart: files the journal cannot find again.
 //!
 //! The journal ([`crate::journal`]) finds a node again after a crash by its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Locks held on the host for the guest (`-o posix_lock`, `-o flock`).
 //!
 //! Each lock owner of the guest gets, per file, an open file description of

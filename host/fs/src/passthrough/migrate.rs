@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! VM live migration of a [`PassthroughFs`]: no descriptor can cross hosts,
 //! so the source describes every inode the guest holds by where to find it
 //! ([`PassthroughFs::migration_state`]) and the destination opens them again

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A file system that passes every operation through to a host directory.
 //!
 //! # Confinement

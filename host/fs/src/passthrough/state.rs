@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Serializable state of a [`PassthroughFs`](super::PassthroughFs), for live
 //! upgrade.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Live upgrade of a [`PassthroughFs`]: export the tables with their
 //! descriptors ([`PassthroughFs::snapshot`]) and rebuild them in the next
 //! process ([`PassthroughFs::restore`]), checking everything received.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `--xattrmap`: translating extended attribute names between the guest and
 //! the host, with virtiofsd's syntax and meaning (its `doc/xattr-mapping.md`
 //! describes them; this is our own implementation).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Test harness: a [`Server`] over a fresh temporary directory, driven with
 //! byte-level requests through `SliceReader`/`VecWriter`.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Command-line parsing: every form virtiofsd and libvirt use, and what is refused.
 
 use super::*;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! SETLKW requests kept waiting on a real split ring (laid out by
 //! virtio-queue's mock driver), against a passthrough file system whose
 //! file a host descriptor holds locked: a guest that makes a waiting chain

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The SETLKW requests a queue worker keeps waiting for their locks.
 
 use std::sync::Arc;

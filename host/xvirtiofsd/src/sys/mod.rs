@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Every raw system call of the daemon (outside the file system crate) lives here,
 //! each behind a safe wrapper that checks its result.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Process system calls: the PID-namespace fork and its supervisor, child
 //! processes (pidfd, reaping, signals), sessions.
 

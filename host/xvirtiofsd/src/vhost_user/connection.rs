@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The connection to the front-end (QEMU): message framing over its Unix
 //! socket, with any file descriptors attached to the header. Each message is
 //! read as a 12-byte header (request, flags, payload size) plus payload; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The message handler: every negotiated value (features, memory table,
 //! ring configuration and eventfds) in plain structs, each message validated
 //! before it changes anything, and the rings' workers started and stopped as

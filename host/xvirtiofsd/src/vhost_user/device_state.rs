@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! VHOST_USER_PROTOCOL_F_DEVICE_STATE: the back-end's state through QEMU's
 //! migration stream.
 //!

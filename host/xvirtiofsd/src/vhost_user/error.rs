@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The vhost-user layer's errors.
 
 use std::io;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The vhost-user control plane: our own message loop over the front-end's
 //! (QEMU's) Unix socket, on `vhost`'s message types.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Persistence: the device as plain data ([`DeviceState`]) for a successor,
 //! and the device rebuilt from a predecessor's.
 

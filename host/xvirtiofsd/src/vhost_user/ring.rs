@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! One virtqueue: its configuration as the front-end set it, and its
 //! lifecycle as a state machine ([`RingState`]) whose transitions are the
 //! methods of [`Vring`].

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A test VMM and guest driver in one: vhost's `Frontend` drives the daemon's
 //! control plane over a socketpair, and `virtio_queue::mock::MockSplitQueue`
 //! rings live in a memfd that both sides map.
