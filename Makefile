@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # xvirtiofs developer entry points. Run `make help` for the list.
 #
 # Every target does its own set-up on a fresh Debian 12 machine (as root):
@@ -42,7 +43,7 @@ else
 $(error IMAGE must be debian or buildroot, not '$(IMAGE)')
 endif
 
-.PHONY: help deps build image vm test test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
+.PHONY: help deps build image vm test check test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
@@ -53,6 +54,8 @@ help:
 	@echo 'make vm      boot a guest on SHARE (default ./shared), mounted on /mnt/shared'
 	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
+	@echo 'make check   the inner loop: fmt, clippy, cargo test, shellcheck, SPDX lines (no deps,'
+	@echo '             image or VM; tests/run-all.sh --check)'
 	@echo 'make test-buildroot  build the Buildroot image (cached), run test_ops and test_filebench in it'
 	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
 	@echo '             print the guest-visible pause and the error count'
@@ -90,6 +93,10 @@ vm: deps $(VM_BUILD) image
 
 test: deps build image
 	@tests/run-all.sh
+
+# No deps, image or VM: what a change can be checked with in a minute or two.
+check:
+	@tests/run-all.sh --check
 
 # Not part of `make test`: a cold Buildroot build takes a while (docs/buildroot.md).
 test-buildroot: deps build

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The whole test suite, in order: cargo fmt --check, cargo clippy (-D
 # warnings), cargo test (all in host/), a short cargo-fuzz run of each fuzz
 # target, FUSE requests and virtqueues (XVFS_FUZZ_SECONDS each, default 30), shellcheck on every shell
@@ -6,6 +7,11 @@
 # failed. Counts: one per fmt/clippy/shellcheck step, the passed/failed tests
 # of cargo test, and the assertions of each VM test. Ends with the line
 # "N passed, M failed"; exits non-zero on any failure.
+#
+# An SPDX line in every source file (tests/spdx.sh) is one more step.
+#
+# `tests/run-all.sh --check` (make check): only fmt, clippy, cargo test,
+# the shell-script lint and SPDX: no deps, guest image, fuzzing or VM.
 #
 # Environment: DAEMON (the daemon the VM tests use; default our xvirtiofsd),
 # XVFS_SKIP_VM=1 (skip the VM tests).
@@ -108,9 +114,14 @@ main() {
     step_cargo_test
     # Each target (FUSE requests, virtqueues) for XVFS_FUZZ_SECONDS; `make
     # fuzz` runs them longer.
-    step_simple cargo-fuzz host/fuzz/run.sh "${XVFS_FUZZ_SECONDS:-30}"
+    if [ "${1:-}" != --check ]; then
+        step_simple cargo-fuzz host/fuzz/run.sh "${XVFS_FUZZ_SECONDS:-30}"
+    fi
     step_shellcheck
-    if [ "${XVFS_SKIP_VM:-0}" = 1 ]; then
+    step_simple spdx tests/spdx.sh
+    if [ "${1:-}" = --check ]; then
+        say "make check: the fuzz targets and VM tests did not run (make test runs them)"
+    elif [ "${XVFS_SKIP_VM:-0}" = 1 ]; then
         say "XVFS_SKIP_VM=1: the VM tests did NOT run (not counted as passed)"
     else
         local t
