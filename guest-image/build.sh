@@ -161,7 +161,7 @@ initramfs_key() {
         echo "acl $(pkg_version acl)"
         echo "coreutils $(pkg_version coreutils)"
         echo "libc6 $(pkg_version libc6)"
-        sha256sum "$0"
+        sha256sum <"$0"   # (its content, not the path it was called by)
         (cd "$KERNEL_DIR/modules" && sha256sum ./*.ko)
         (cd "$ROOTFS_SRC" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
         if [ -d "$OVERLAY" ]; then
