@@ -23,6 +23,21 @@ DAEMON_ARGS ?=
 XVFS_ACCEL ?=
 export SHARE CMD QUEUES VCPUS MEM DAEMON DAEMON_ARGS XVFS_ACCEL
 
+# Runtimes (issue 31, vmm-config/runtimes.sh): QEMU=7.2|10.0|11.1 and
+# KERNEL=6.1|6.12|7 for deps, image, vm and the VM tests. The defaults (10.0,
+# the host's QEMU from bookworm-backports, and 6.12 in build/guest/) are what
+# these targets always used. Passed on as XVFS_QEMU and XVFS_GUEST_KERNEL.
+QEMU ?= $(or $(XVFS_QEMU),10.0)
+KERNEL ?= $(or $(XVFS_GUEST_KERNEL),6.12)
+ifeq ($(filter $(QEMU),7.2 10.0 11.1),)
+$(error QEMU must be 7.2, 10.0 or 11.1, not '$(QEMU)')
+endif
+ifeq ($(filter $(KERNEL),6.1 6.12 7),)
+$(error KERNEL must be 6.1, 6.12 or 7, not '$(KERNEL)')
+endif
+export XVFS_QEMU := $(QEMU)
+export XVFS_GUEST_KERNEL := $(KERNEL)
+
 # `make vm DAEMON=/opt/.../virtiofsd` does not need our daemon built.
 VM_BUILD := $(if $(filter $(DEFAULT_DAEMON),$(abspath $(DAEMON))),build)
 
@@ -46,12 +61,15 @@ endif
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
+	@echo '             QEMU=7.2|11.1: that QEMU as well, under build/runtimes/ (default 10.0: the host QEMU)'
 	@echo 'make build   cargo build --release in host/ (host/target/release/xvirtiofsd)'
 	@echo 'make image   build the guest kernel + initramfs (build/guest/)'
+	@echo '             KERNEL=6.1|7: a guest of that kernel in build/guest-<KERNEL>/ (default 6.12)'
 	@echo '             IMAGE=buildroot: the Buildroot guest, built offline from Debian sources'
 	@echo '             (build/guest-buildroot/, docs/buildroot.md); vm, bench* take IMAGE= too'
 	@echo 'make vm      boot a guest on SHARE (default ./shared), mounted on /mnt/shared'
 	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
+	@echo '             QEMU=7.2|10.0|11.1 KERNEL=6.1|6.12|7 pick the runtime (make deps / image install them)'
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
 	@echo 'make test-buildroot  build the Buildroot image (cached), run test_ops and test_filebench in it'
 	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
@@ -76,6 +94,9 @@ help:
 
 deps:
 	@vmm-config/install-deps.sh
+ifneq ($(QEMU),10.0)
+	@vmm-config/runtimes.sh qemu $(QEMU)
+endif
 
 build: deps
 	cd host && cargo build --release
