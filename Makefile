@@ -38,6 +38,12 @@ endif
 export XVFS_QEMU := $(QEMU)
 export XVFS_GUEST_KERNEL := $(KERNEL)
 
+# make test-matrix: every QEMU x kernel pair runs these tests (tests/matrix.sh).
+MATRIX_QEMU ?= 7.2 10.0 11.1
+MATRIX_KERNELS ?= 6.1 6.12 7
+MATRIX_TESTS ?= test_ops test_upgrade test_migrate test_multiqueue test_crash test_options test_locks
+export MATRIX_QEMU MATRIX_KERNELS MATRIX_TESTS
+
 # `make vm DAEMON=/opt/.../virtiofsd` does not need our daemon built.
 VM_BUILD := $(if $(filter $(DEFAULT_DAEMON),$(abspath $(DAEMON))),build)
 
@@ -57,7 +63,7 @@ else
 $(error IMAGE must be debian or buildroot, not '$(IMAGE)')
 endif
 
-.PHONY: help deps build image vm test test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
+.PHONY: help deps build image vm test test-matrix test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
@@ -71,6 +77,9 @@ help:
 	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
 	@echo '             QEMU=7.2|10.0|11.1 KERNEL=6.1|6.12|7 pick the runtime (make deps / image install them)'
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
+	@echo 'make test-matrix  MATRIX_TESTS for each pair of MATRIX_QEMU x MATRIX_KERNELS: a table of'
+	@echo '             passed / failed / n/a (with the reason), "N passed, M failed";'
+	@echo '             report in build/test-logs/matrix-<date>.md (tests/matrix.sh --help)'
 	@echo 'make test-buildroot  build the Buildroot image (cached), run test_ops and test_filebench in it'
 	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
 	@echo '             print the guest-visible pause and the error count'
@@ -111,6 +120,10 @@ vm: deps $(VM_BUILD) image
 
 test: deps build image
 	@tests/run-all.sh
+
+# Installs the runtimes and images it needs itself (cached).
+test-matrix: deps build
+	@tests/matrix.sh
 
 # Not part of `make test`: a cold Buildroot build takes a while (docs/buildroot.md).
 test-buildroot: deps build
