@@ -14,7 +14,8 @@
 #                    test_migrate test_multiqueue test_crash test_options test_locks)
 #   MATRIX_TEST_TIMEOUT  seconds one test may take (default 3600)
 #   DAEMON and everything the tests read.
-# Logs: build/test-logs/matrix/<qemu>-<kernel>-<test>.log.
+# Logs: build/test-logs/matrix/<qemu>-<kernel>-<test>.log, and the daemon,
+# QEMU and console logs of that run in <qemu>-<kernel>-<test>.files/.
 set -euo pipefail
 
 # shellcheck source=vmm-config/qemu-profile.sh
@@ -97,6 +98,20 @@ setup_kernel() {
     KVER[$v]=$(cat "$(dirname "$(readlink -f "$dir/vmlinux")")/package")
 }
 
+# keep_cell_logs DIR: the daemon, QEMU and console logs the test left in
+# build/tests/ (the next test there overwrites them), copied to DIR.
+keep_cell_logs() {
+    local dest=$1 f
+    rm -rf "$dest"
+    [ -d "$XVFS_ROOT/build/tests" ] || return 0
+    while IFS= read -r f; do
+        mkdir -p "$dest/$(dirname "$f")"
+        cp "$XVFS_ROOT/build/tests/$f" "$dest/$f"
+    done < <(cd "$XVFS_ROOT/build/tests" && find . \( -name 'share*' -o -name host -o -name work \) -prune -o \
+        -type f -newer "$MLOG/.cell-start" -size -20M \
+        \( -name '*.log' -o -name '*console*' -o -name '*.out' -o -name qemu.cmdline \) -print | sed 's|^\./||')
+}
+
 # run_cell Q K T: one test on one pair; sets CELL[Q K T] and the counters.
 run_cell() {
     local q=$1 k=$2 t=$3 qn kn why log rc=0 p f key="$1 $2 $3"
@@ -115,8 +130,10 @@ run_cell() {
     fi
     log=$MLOG/$q-$k-$t.log
     say "matrix: QEMU $q x Linux $k: $t (log: $log)"
+    touch "$MLOG/.cell-start"
     XVFS_QEMU=$q XVFS_GUEST_KERNEL=$k timeout -k 30 "${MATRIX_TEST_TIMEOUT:-3600}" \
         "$XVFS_ROOT/tests/vm/$t.sh" >"$log" 2>&1 </dev/null || rc=$?
+    keep_cell_logs "$MLOG/$q-$k-$t.files"
     read -r p f < <(test_counts "$log" "$rc")
     if [ "$f" -eq 0 ]; then
         CELL[$key]="passed ($p checks)"
