@@ -24,6 +24,27 @@ DAEMON_ARGS ?=
 XVFS_ACCEL ?=
 export SHARE CMD QUEUES VCPUS MEM DAEMON DAEMON_ARGS XVFS_ACCEL
 
+# Runtimes (issue 31, vmm-config/runtimes.sh): QEMU=7.2|10.0|11.1 and
+# KERNEL=6.1|6.12|7 for deps, image, vm and the VM tests. The defaults (10.0,
+# the host's QEMU from bookworm-backports, and 6.12 in build/guest/) are what
+# these targets always used. Passed on as XVFS_QEMU and XVFS_GUEST_KERNEL.
+QEMU ?= $(or $(XVFS_QEMU),10.0)
+KERNEL ?= $(or $(XVFS_GUEST_KERNEL),6.12)
+ifeq ($(filter $(QEMU),7.2 10.0 11.1),)
+$(error QEMU must be 7.2, 10.0 or 11.1, not '$(QEMU)')
+endif
+ifeq ($(filter $(KERNEL),6.1 6.12 7),)
+$(error KERNEL must be 6.1, 6.12 or 7, not '$(KERNEL)')
+endif
+export XVFS_QEMU := $(QEMU)
+export XVFS_GUEST_KERNEL := $(KERNEL)
+
+# make test-matrix: every QEMU x kernel pair runs these tests (tests/matrix.sh).
+MATRIX_QEMU ?= 7.2 10.0 11.1
+MATRIX_KERNELS ?= 6.1 6.12 7
+MATRIX_TESTS ?= test_ops test_upgrade test_migrate test_multiqueue test_crash test_options test_locks
+export MATRIX_QEMU MATRIX_KERNELS MATRIX_TESTS
+
 # `make vm DAEMON=/opt/.../virtiofsd` does not need our daemon built.
 VM_BUILD := $(if $(filter $(DEFAULT_DAEMON),$(abspath $(DAEMON))),build)
 
@@ -43,19 +64,25 @@ else
 $(error IMAGE must be debian or buildroot, not '$(IMAGE)')
 endif
 
-.PHONY: help deps build image vm test check test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
+.PHONY: help deps build image vm test check test-matrix test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
+	@echo '             QEMU=7.2|11.1: that QEMU as well, under build/runtimes/ (default 10.0: the host QEMU)'
 	@echo 'make build   cargo build --release in host/ (host/target/release/xvirtiofsd)'
 	@echo 'make image   build the guest kernel + initramfs (build/guest/)'
+	@echo '             KERNEL=6.1|7: a guest of that kernel in build/guest-<KERNEL>/ (default 6.12)'
 	@echo '             IMAGE=buildroot: the Buildroot guest, built offline from Debian sources'
 	@echo '             (build/guest-buildroot/, docs/buildroot.md); vm, bench* take IMAGE= too'
 	@echo 'make vm      boot a guest on SHARE (default ./shared), mounted on /mnt/shared'
 	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
+	@echo '             QEMU=7.2|10.0|11.1 KERNEL=6.1|6.12|7 pick the runtime (make deps / image install them)'
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
 	@echo 'make check   the inner loop: fmt, clippy, cargo test, shellcheck, SPDX lines (no deps,'
 	@echo '             image or VM; tests/run-all.sh --check)'
+	@echo 'make test-matrix  MATRIX_TESTS for each pair of MATRIX_QEMU x MATRIX_KERNELS: a table of'
+	@echo '             passed / failed / n/a (with the reason), "N passed, M failed";'
+	@echo '             report in build/test-logs/matrix-<date>.md (tests/matrix.sh --help)'
 	@echo 'make test-buildroot  build the Buildroot image (cached), run test_ops and test_filebench in it'
 	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
 	@echo '             print the guest-visible pause and the error count'
@@ -79,6 +106,9 @@ help:
 
 deps:
 	@vmm-config/install-deps.sh
+ifneq ($(QEMU),10.0)
+	@vmm-config/runtimes.sh qemu $(QEMU)
+endif
 
 build: deps
 	cd host && cargo build --release
@@ -97,6 +127,9 @@ test: deps build image
 # No deps, image or VM: what a change can be checked with in a minute or two.
 check:
 	@tests/run-all.sh --check
+# Installs the runtimes and images it needs itself (cached).
+test-matrix: deps build
+	@tests/matrix.sh
 
 # Not part of `make test`: a cold Buildroot build takes a while (docs/buildroot.md).
 test-buildroot: deps build

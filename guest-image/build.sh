@@ -18,6 +18,16 @@
 #              of build/guest/extra-files.txt (if present). Uncompressed,
 #              because a compressed initrd costs ~2.4 s of boot under TCG.
 #
+# --kernel 6.1|7 (issue 31: the guest-kernel matrix) takes the kernel from the
+# private apt of vmm-config/apt-private.sh instead, into build/guest-<V>/:
+#   6.1   newest linux-image-6.1.0-*-amd64-unsigned (bookworm); virtiofs and
+#         fuse are modules there, so fuse.ko and virtiofs.ko join the two
+#         above (/init insmods /lib/modules/*.ko in name order: fuse first)
+#   7     newest linux-binary-7.*-amd64 (trixie-backports or sid): the image
+#         is in linux-binary-<v>, the config in linux-base-<v>, the modules
+#         in linux-modules-<v>
+#   6.12  the default above (build/guest/)
+#
 # Outputs (stable names used by vmm-config/run-vm):
 #   build/guest/vmlinux          -> kernel-<version>/vmlinux
 #   build/guest/initramfs.cpio   -> initramfs-<key>.cpio
@@ -26,10 +36,11 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=vmm-config/functions.sh
-. "$HERE/../vmm-config/functions.sh"
+# shellcheck source=vmm-config/apt-private.sh
+. "$HERE/../vmm-config/apt-private.sh"
 
-OUT=${XVFS_GUEST_DIR:-$XVFS_ROOT/build/guest}
+SERIES=6.12
+OUT=
 ROOTFS_SRC=$HERE/rootfs
 OVERLAY=$HERE/overlay
 EXTRA_LIST=$OUT/extra-files.txt
@@ -40,11 +51,14 @@ KERNEL_DIR=
 
 print_help() {
     cat <<'HELP'
-usage: guest-image/build.sh [--force] [--kernel-only]
+usage: guest-image/build.sh [--force] [--kernel-only] [--kernel 6.1|6.12|7]
 Builds build/guest/vmlinux and build/guest/initramfs.cpio (cached).
+  --kernel V     the guest kernel series (default 6.12, or XVFS_GUEST_KERNEL);
+                 6.1 and 7 go to build/guest-V/
   --force        rebuild both even if cached
   --kernel-only  only the kernel and its modules (the Buildroot image uses them)
-Environment: XVFS_GUEST_DIR (output directory, default build/guest)
+Environment: XVFS_GUEST_DIR (output directory, default build/guest or
+build/guest-V), XVFS_GUEST_KERNEL (default of --kernel)
 HELP
 }
 
@@ -55,6 +69,22 @@ find_kernel_package() {
     local key pkg ver lists_key cache=$OUT/kernel-package.txt
     lists_key=$(stat -c '%n %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null | sha256sum | cut -c1-16)
     if [ -z "$FORCE" ] && [ -f "$cache" ] && read -r key pkg ver <"$cache" && [ "$key" = "$lists_key" ]; then
+        printf '%s %s\n' "$pkg" "$ver"
+        return 0
+    fi
+    if [ "$SERIES" != 6.12 ]; then
+        # The other series: the private apt lists (all suites).
+        lists_key=$(stat -c '%n %Y' "$XVFS_APT_DIR"/lists/*_Packages* 2>/dev/null | sha256sum | cut -c1-16)
+        if [ -z "$FORCE" ] && [ -f "$cache" ] && read -r key pkg ver <"$cache" && [ "$key" = "$lists_key" ]; then
+            printf '%s %s\n' "$pkg" "$ver"
+            return 0
+        fi
+        read -r pkg ver < <(xvfs_apt_newest "$KERNEL_PATTERN") || true
+        if [ -z "$pkg" ] || [ -z "$ver" ]; then
+            die "no package matching $KERNEL_PATTERN in the private apt lists"
+        fi
+        lists_key=$(stat -c '%n %Y' "$XVFS_APT_DIR"/lists/*_Packages* 2>/dev/null | sha256sum | cut -c1-16)
+        echo "$lists_key $pkg $ver" >"$cache"
         printf '%s %s\n' "$pkg" "$ver"
         return 0
     fi
@@ -82,8 +112,15 @@ extract_vmlinux() {
             return 0
         fi
     done < <(LC_ALL=C grep -obUaP '\x28\xb5\x2f\xfd' "$bzimage" | cut -d: -f1)
+    # Older kernels (and other configs) compress with xz.
+    while read -r off; do
+        tail -c "+$((off + 1))" "$bzimage" | xz -dcq >"$out" 2>/dev/null || true
+        if [ -s "$out" ] && is_elf "$out"; then
+            return 0
+        fi
+    done < <(LC_ALL=C grep -obUaP '\xfd\x37\x7a\x58\x5a\x00' "$bzimage" | cut -d: -f1)
     rm -f "$out"
-    die "no zstd-compressed ELF found in $bzimage"
+    die "no zstd- or xz-compressed ELF found in $bzimage"
 }
 
 # Copy KERNEL_MODULES out of an unpacked package into DIR/modules, decompressed.
@@ -91,18 +128,61 @@ extract_modules() {
     local x=$1 dir=$2 m src name
     mkdir -p "$dir/modules"
     for m in "${KERNEL_MODULES[@]}"; do
-        src=$(find "$x"/lib/modules/*/kernel -path "*/kernel/$m.ko*" | head -1)
+        src=$(find "$x" -path "*/lib/modules/*/kernel/$m.ko*" | head -1)
         [ -n "$src" ] || die "the kernel package has no $m.ko"
         name=$(basename "$m").ko
-        case "$src" in
-            *.ko.xz) xz -dc "$src" >"$dir/modules/$name" ;;
-            *.ko.zst) zstd -dcq "$src" >"$dir/modules/$name" ;;
-            *.ko.gz) gzip -dc "$src" >"$dir/modules/$name" ;;
-            *.ko) cp "$src" "$dir/modules/$name" ;;
-            *) die "unexpected module file $src" ;;
-        esac
-        is_elf "$dir/modules/$name" || die "$src did not decompress to an ELF module"
+        decompress_module "$src" "$dir/modules/$name"
     done
+}
+
+# decompress_module SRC OUT: a .ko, .ko.xz, .ko.zst or .ko.gz to a plain .ko.
+decompress_module() {
+    case "$1" in
+        *.ko.xz) xz -dc "$1" >"$2" ;;
+        *.ko.zst) zstd -dcq "$1" >"$2" ;;
+        *.ko.gz) gzip -dc "$1" >"$2" ;;
+        *.ko) cp "$1" "$2" ;;
+        *) die "unexpected module file $1" ;;
+    esac
+    is_elf "$2" || die "$1 did not decompress to an ELF module"
+}
+
+# extract_module_closure X DIR NAME...: the modules NAME (by module name,
+# e.g. virtio_pci) and everything they depend on (the depends= of their
+# .modinfo; the packages ship no modules.dep), dependencies first, into
+# DIR/modules as vNN-NAME.ko: /init insmods /lib/modules/*.ko in name order,
+# so they load after button.ko and evdev.ko, in this order.
+extract_module_closure() {
+    local x=$1 dir=$2 f n
+    shift 2
+    local -A path=() seen=()
+    local -a order=()
+    while IFS= read -r f; do
+        n=$(basename "$f")
+        n=${n%%.ko*}
+        path[${n//-/_}]=$f
+    done < <(find "$x" -path '*/lib/modules/*/kernel/*' -name '*.ko*')
+    visit() {
+        local m=$1 dep deps
+        [ -z "${seen[$m]:-}" ] || return 0
+        seen[$m]=1
+        [ -n "${path[$m]:-}" ] || die "the kernel packages have no module $m"
+        decompress_module "${path[$m]}" "$dir/modules/tmp-$m.ko"
+        deps=$(tr '\0' '\n' <"$dir/modules/tmp-$m.ko" | sed -n 's/^depends=//p' | head -n 1)
+        for dep in ${deps//,/ }; do
+            visit "${dep//-/_}"
+        done
+        order+=("$m")
+    }
+    for n in "$@"; do
+        visit "$n"
+    done
+    local i=1
+    for n in "${order[@]}"; do
+        mv "$dir/modules/tmp-$n.ko" "$dir/modules/v$(printf %02d "$i")-$n.ko"
+        i=$((i + 1))
+    done
+    say "kernel: modules for virtio-fs, in load order: ${order[*]}"
 }
 
 kernel_cached() {
@@ -113,8 +193,28 @@ kernel_cached() {
     done
 }
 
+# download_kernel PKG VER DIR: the packages holding the kernel, its config
+# and the modules we need, into DIR.
+download_kernel() {
+    local pkg=$1 ver=$2 tmp=$3 x
+    if [ "$SERIES" = 6.12 ]; then
+        (cd "$tmp" && apt-get download -q "$pkg=$ver" 2>&1 | grep -v 'unsandboxed' >&2) \
+            || die "apt-get download $pkg=$ver failed"
+        return 0
+    fi
+    local -a pkgs=("$pkg=$ver")
+    case "$pkg" in
+        linux-binary-*)
+            x=${pkg#linux-binary-}
+            pkgs+=("linux-base-$x=$ver" "linux-modules-$x=$ver")
+            ;;
+    esac
+    (cd "$tmp" && xvfs_apt apt-get download "${pkgs[@]}" 2>&1 | grep -v 'unsandboxed' >&2) \
+        || die "apt-get download ${pkgs[*]} failed"
+}
+
 build_kernel() {
-    local pkg ver dir tmp vmlinuz
+    local pkg ver dir tmp vmlinuz config
     read -r pkg ver < <(find_kernel_package)
     dir=$OUT/kernel-${ver//[^A-Za-z0-9.+~-]/_}
     KERNEL_DIR=$dir
@@ -125,16 +225,27 @@ build_kernel() {
         need apt-get dpkg-deb zstd xz
         tmp=$(mktemp -d "$OUT/kernel-tmp.XXXXXX")
         TMP_DIRS+=("$tmp")
-        (cd "$tmp" && apt-get download -q "$pkg=$ver" 2>&1 | grep -v 'unsandboxed' >&2) \
-            || die "apt-get download $pkg=$ver failed"
-        dpkg-deb -x "$tmp"/linux-image-*.deb "$tmp/x"
-        vmlinuz=$(find "$tmp/x/boot" -name 'vmlinuz-*' | head -1)
-        [ -n "$vmlinuz" ] || die "$pkg contains no /boot/vmlinuz-*"
+        download_kernel "$pkg" "$ver" "$tmp"
+        local deb
+        for deb in "$tmp"/*.deb; do
+            dpkg-deb -x "$deb" "$tmp/x"
+        done
+        vmlinuz=$(find "$tmp/x" \( -path '*/boot/vmlinuz-*' -o -path '*/lib/modules/*/vmlinuz' \) | head -1)
+        [ -n "$vmlinuz" ] || die "$pkg contains no /boot/vmlinuz-* (nor lib/modules/*/vmlinuz)"
         rm -rf "$dir"
         mkdir -p "$dir"
         extract_vmlinux "$vmlinuz" "$dir/vmlinux.part"
-        cp "$tmp"/x/boot/config-* "$dir/config"
+        config=$(find "$tmp/x" \( -path '*/boot/config-*' -o -path '*/lib/modules/*/config' \) | head -1)
+        [ -n "$config" ] || die "no kernel config in the packages of $pkg"
+        cp "$config" "$dir/config"
         extract_modules "$tmp/x" "$dir"
+        # virtio-fs as modules (6.1: virtio, the PCI transport, fuse and
+        # virtiofs are all =m): take them along with their dependencies.
+        local -a vmods=()
+        grep -q '^CONFIG_VIRTIO_PCI=m' "$dir/config" && vmods+=(virtio_pci)
+        grep -q '^CONFIG_FUSE_FS=m' "$dir/config" && vmods+=(fuse)
+        grep -q '^CONFIG_VIRTIO_FS=m' "$dir/config" && vmods+=(virtiofs)
+        [ "${#vmods[@]}" -eq 0 ] || extract_module_closure "$tmp/x" "$dir" "${vmods[@]}"
         echo "$pkg $ver" >"$dir/package"
         mv "$dir/vmlinux.part" "$dir/vmlinux"
         rm -rf "$tmp"
@@ -162,7 +273,7 @@ initramfs_key() {
         echo "acl $(pkg_version acl)"
         echo "coreutils $(pkg_version coreutils)"
         echo "libc6 $(pkg_version libc6)"
-        sha256sum "$0"
+        sha256sum <"$0"   # (its content, not the path it was called by)
         (cd "$KERNEL_DIR/modules" && sha256sum ./*.ko)
         (cd "$ROOTFS_SRC" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
         if [ -d "$OVERLAY" ]; then
@@ -260,6 +371,23 @@ build_initramfs() {
     ln -sfn "$(basename "$cpio")" "$OUT/initramfs.cpio"
 }
 
+# SERIES -> OUT and KERNEL_PATTERN.
+select_series() {
+    case "$SERIES" in
+        6.12) OUT=${XVFS_GUEST_DIR:-$XVFS_ROOT/build/guest} ;;
+        6.1)
+            OUT=${XVFS_GUEST_DIR:-$XVFS_ROOT/build/guest-6.1}
+            KERNEL_PATTERN='^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$'
+            ;;
+        7)
+            OUT=${XVFS_GUEST_DIR:-$XVFS_ROOT/build/guest-7}
+            KERNEL_PATTERN='^linux-binary-7\.[0-9.]+\+deb[0-9]+-amd64$'
+            ;;
+        *) die "--kernel must be 6.1, 6.12 or 7, not '$SERIES'" ;;
+    esac
+    EXTRA_LIST=$OUT/extra-files.txt
+}
+
 TMP_DIRS=()
 cleanup() {
     local d
@@ -272,17 +400,21 @@ cleanup() {
 main() {
     local kernel_only=''
     FORCE=
+    SERIES=${XVFS_GUEST_KERNEL:-6.12}
     while [ $# -gt 0 ]; do
         case "$1" in
             -h | --help) print_help; return 0 ;;
             --force) FORCE=1 ;;
             --kernel-only) kernel_only=1 ;;
+            --kernel) [ $# -ge 2 ] || die "--kernel needs 6.1, 6.12 or 7"; SERIES=$2; shift ;;
             *) print_help >&2; die "unexpected argument: $1" ;;
         esac
         shift
     done
+    select_series
     mkdir -p "$OUT"
     trap cleanup EXIT
+    [ "$SERIES" = 6.12 ] || xvfs_apt_update || die "private apt-get update failed"
     build_kernel
     if [ -n "$kernel_only" ]; then
         say "guest kernel ready: $OUT/vmlinux"

@@ -13,8 +13,13 @@
 # `tests/run-all.sh --check` (make check): only fmt, clippy, cargo test,
 # the shell-script lint and SPDX: no deps, guest image, fuzzing or VM.
 #
+# Then the newest runtimes (issue 31): test_ops, test_upgrade and
+# test_migrate once more on QEMU 11.1 (trixie-backports) with the newest 7.x
+# guest kernel; installing them (vmm-config/runtimes.sh, cached) is one step.
+#
 # Environment: DAEMON (the daemon the VM tests use; default our xvirtiofsd),
-# XVFS_SKIP_VM=1 (skip the VM tests).
+# XVFS_SKIP_VM=1 (skip the VM tests), XVFS_SKIP_NEWEST=1 (skip only the
+# QEMU 11.1 + kernel 7 subset).
 set -euo pipefail
 
 # shellcheck source=vmm-config/functions.sh
@@ -94,14 +99,32 @@ step_shellcheck() {
 }
 
 # A VM test: add up its "N passed, M failed" line; no such line counts as one failure.
+# step_vm_test TEST [LOG-PREFIX]
 step_vm_test() {
     local t=$1 name rc=0 p='' f=''
-    name=vm-$(basename "$t" .sh)
+    name=${2:-vm}-$(basename "$t" .sh)
     run_logged "$name" "$t" || rc=$?
     read -r p f < <(test_counts "$LOG_DIR/$name.log" "$rc")
     PASSED=$((PASSED + p))
     FAILED=$((FAILED + f))
     [ "$f" -eq 0 ] || FAILURES+=("$name ($f)")
+}
+
+# The QEMU 11.1 + newest-kernel subset; the runtimes are installed first
+# (one counted step), and the tests run only when that worked.
+NEWEST_TESTS=(test_ops test_upgrade test_migrate)
+step_newest_runtimes() {
+    local rc=0 t
+    if [ "${XVFS_SKIP_NEWEST:-0}" = 1 ]; then
+        say "XVFS_SKIP_NEWEST=1: the QEMU 11.1 + kernel 7 tests did NOT run (not counted as passed)"
+        return 0
+    fi
+    run_logged newest-setup bash -c 'vmm-config/runtimes.sh qemu 11.1 && vmm-config/runtimes.sh kernel 7' || rc=$?
+    count "$rc" "newest-setup (QEMU 11.1, kernel 7)"
+    [ "$rc" -eq 0 ] || return 0
+    for t in "${NEWEST_TESTS[@]}"; do
+        XVFS_QEMU=11.1 XVFS_GUEST_KERNEL=7 step_vm_test "tests/vm/$t.sh" vm-q11.1-k7
+    done
 }
 
 main() {
@@ -128,6 +151,7 @@ main() {
         for t in tests/vm/test_*.sh; do
             step_vm_test "$t"
         done
+        step_newest_runtimes
     fi
     echo
     [ "${#FAILURES[@]}" -eq 0 ] || echo "failed: ${FAILURES[*]} (logs: $LOG_DIR)"

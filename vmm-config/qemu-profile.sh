@@ -7,11 +7,45 @@
 #   xvfs_pick_accel                    sets XVFS_P[ACCEL] and XVFS_P[CPU], reports on stderr
 #   xvfs_render_args TEMPLATE          fills the array XVFS_QEMU_ARGS
 #   xvfs_qemu_escape STR               doubles commas for a QEMU option value
+#   xvfs_select_runtime                sets XVFS_QEMU_BIN and XVFS_GUEST_DIR from
+#                                      XVFS_QEMU and XVFS_GUEST_KERNEL (issue 31)
+#   xvfs_qemu_bin VER, xvfs_guest_dir VER   the same for one version
 
 # shellcheck source=vmm-config/functions.sh
 . "$(dirname "${BASH_SOURCE[0]}")/functions.sh"
 
 XVFS_QEMU_TEMPLATE=$XVFS_ROOT/vmm-config/qemu-x86_64.args
+
+# The QEMU of XVFS_QEMU=7.2|10.0|11.1 (vmm-config/runtimes.sh installs them).
+# Unset or 10.0: qemu-system-x86_64 from PATH, the host's (as before).
+xvfs_qemu_bin() {
+    local v=$1
+    case "$v" in
+        10.0) echo qemu-system-x86_64 ;;
+        7.2 | 11.1) echo "$XVFS_ROOT/build/runtimes/qemu-$v/qemu-system-x86_64" ;;
+        *) die "XVFS_QEMU (make QEMU=) must be 7.2, 10.0 or 11.1, not '$v'" ;;
+    esac
+}
+
+# The guest image directory of XVFS_GUEST_KERNEL=6.1|6.12|7 (guest-image/build.sh
+# --kernel). Unset or 6.12: build/guest, the default image (as before).
+xvfs_guest_dir() {
+    local v=$1
+    case "$v" in
+        6.12) echo "$XVFS_ROOT/build/guest" ;;
+        6.1 | 7) echo "$XVFS_ROOT/build/guest-$v" ;;
+        *) die "XVFS_GUEST_KERNEL (make KERNEL=) must be 6.1, 6.12 or 7, not '$v'" ;;
+    esac
+}
+
+xvfs_select_runtime() {
+    XVFS_QEMU_BIN=$(xvfs_qemu_bin "${XVFS_QEMU:-10.0}")
+    XVFS_GUEST_DIR_SELECTED=$(xvfs_guest_dir "${XVFS_GUEST_KERNEL:-6.12}")
+    export XVFS_QEMU_BIN XVFS_GUEST_DIR_SELECTED
+    if ! command -v "$XVFS_QEMU_BIN" >/dev/null 2>&1; then
+        die "QEMU ${XVFS_QEMU:-10.0} not installed ($XVFS_QEMU_BIN); run 'make deps QEMU=${XVFS_QEMU:-10.0}'"
+    fi
+}
 
 # Why KVM cannot be used here, or nothing when it can.
 xvfs_kvm_unusable_reason() {

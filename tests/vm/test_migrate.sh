@@ -37,7 +37,9 @@ vmt_init migrate
 MIGRATIONS=${XVFS_MIGRATIONS:-6}
 VIRTIOFSD=${XVFS_VIRTIOFSD:-/opt/xvirtiofs/virtiofsd/bin/virtiofsd}
 QMP=$XVFS_ROOT/tests/vm/qmp.py
-GUEST_DIR=$XVFS_ROOT/build/guest
+# XVFS_QEMU / XVFS_GUEST_KERNEL pick the QEMU and the image (qemu-profile.sh).
+xvfs_select_runtime
+GUEST_DIR=$XVFS_GUEST_DIR_SELECTED
 PIDS=()
 declare -A QEMU_PID=()
 
@@ -119,7 +121,7 @@ start_vm() {
     XVFS_QEMU_ARGS+=(-qmp "unix:$VMT_DIR/$name.qmp,server=on,wait=off")
     [ -z "$incoming" ] || XVFS_QEMU_ARGS+=(-incoming "$incoming")
     rm -f "$VMT_DIR/$name.qmp"
-    timeout -k 5 900 qemu-system-x86_64 "${XVFS_QEMU_ARGS[@]}" </dev/null \
+    timeout -k 5 900 "$XVFS_QEMU_BIN" "${XVFS_QEMU_ARGS[@]}" </dev/null \
         >>"$VMT_DIR/$name.qemu.log" 2>&1 &
     PIDS+=($!)
     QEMU_PID[$name]=$!
