@@ -72,6 +72,29 @@ pub struct Msg {
     pub fds: Vec<OwnedFd>,
 }
 
+/// HELLO's payload: who the successor is and, from release 0.2.0 on, the
+/// state formats it reads (`... reads-state A-B`), so that a predecessor
+/// that writes none of them refuses before it stops anything.
+pub fn hello_payload(version: &str, pid: u32) -> String {
+    format!(
+        "xvirtiofsd {version} pid {pid} reads-state {}-{}",
+        crate::frame::MIN_FORMAT_VERSION,
+        crate::frame::FORMAT_VERSION
+    )
+}
+
+/// The state formats a HELLO says its sender reads; None when it does not
+/// say (a build before 0.2.0, or garbage): the sender then checks what it
+/// receives itself.
+pub fn hello_reads_state(payload: &[u8]) -> Option<std::ops::RangeInclusive<u32>> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut words = text.split_whitespace();
+    words.find(|w| *w == "reads-state")?;
+    let (a, b) = words.next()?.split_once('-')?;
+    let (a, b) = (a.parse().ok()?, b.parse().ok()?);
+    (a <= b).then_some(a..=b)
+}
+
 /// Sends one message with `fds` attached.
 pub fn send(s: &UnixStream, kind: u32, payload: &[u8], fds: &[RawFd]) -> Result<(), HandoverError> {
     if payload.len() > MAX_MSG {
@@ -219,6 +242,22 @@ fn le_u32(p: &[u8], off: usize) -> Result<u32, HandoverError> {
     p.get(off..off + 4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .ok_or(HandoverError::Malformed("short payload"))
+}
+
+#[cfg(test)]
+mod hello_tests {
+    use super::*;
+
+    #[test]
+    fn hello_says_which_states_its_sender_reads() {
+        let p = hello_payload("0.2.0", 7);
+        let want = crate::frame::MIN_FORMAT_VERSION..=crate::frame::FORMAT_VERSION;
+        assert_eq!(hello_reads_state(p.as_bytes()), Some(want));
+        assert_eq!(hello_reads_state(b"xvirtiofsd 0.1.0 pid 7"), None);
+        assert_eq!(hello_reads_state(b"reads-state 9-3"), None);
+        assert_eq!(hello_reads_state(b"reads-state x"), None);
+        assert_eq!(hello_reads_state(&[0xff, 0xfe]), None);
+    }
 }
 
 #[cfg(test)]

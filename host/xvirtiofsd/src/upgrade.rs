@@ -54,6 +54,8 @@ pub enum UpgradeError {
     UntrustedPeer(u32),
     #[error("the running daemon's settings differ from this daemon's command line: {0}")]
     Settings(String),
+    #[error("incompatible state formats: {0}")]
+    Incompatible(String),
 }
 
 /// What the old daemon puts beside its device and file system.
@@ -77,11 +79,25 @@ pub fn hand_over(
     peer.set_read_timeout(Some(STEP_TIMEOUT))
         .map_err(HandoverError::Io)?;
     let hello = handover::expect(&peer, handover::HELLO, "HELLO")?;
+    let successor = handover::text(&hello.payload);
+    // A successor that says which state formats it reads and reads none
+    // this build writes (a rollback too far) is refused before anything
+    // stops: the guest sees no pause at all.
+    let writes = virtio_fs_ext::frame::FORMAT_VERSION;
+    if let Some(reads) = handover::hello_reads_state(&hello.payload) {
+        if !reads.contains(&writes) {
+            let why = format!(
+                "the new daemon reads state formats {}-{}, this daemon writes {writes}",
+                reads.start(),
+                reads.end()
+            );
+            let _ = handover::send(&peer, handover::ABORT, why.as_bytes(), &[]);
+            warn!("upgrade refused, this daemon keeps serving (no pause): {why} ({successor})");
+            return Err(UpgradeError::Incompatible(why));
+        }
+    }
     let started = Instant::now();
-    info!(
-        "upgrade: handing over to {}",
-        handover::text(&hello.payload)
-    );
+    info!("upgrade: handing over to {successor}");
     dev.quiesce();
     let result = send_everything(out, dev, conn, &peer);
     match result {
@@ -300,7 +316,7 @@ pub fn receive(peer: UnixStream, control: &Path) -> Result<Incoming, UpgradeErro
     handover::send(
         &peer,
         handover::HELLO,
-        format!("xvirtiofsd {VERSION} pid {}", crate::sandbox::daemon_pid()).as_bytes(),
+        handover::hello_payload(VERSION, crate::sandbox::daemon_pid()).as_bytes(),
         &[],
     )?;
     if fault == Fault::DieMidway {
