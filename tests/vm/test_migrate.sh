@@ -24,6 +24,12 @@
 #    (a build with the fault-injection feature, XVFS_MIGRATION_FAULT=
 #    newer-format): the destination refuses it with one clear error, the
 #    migration fails and the guest carries on on the source.
+# 5. Across builds from git history (RELEASES, tests/vm/releases.sh): the
+#    previous release -> HEAD -> the previous release, each completing with
+#    the guest's files intact (when RELEASES has a release older than HEAD's
+#    sources); then to the last build before release numbering (which reads
+#    stream version 1 only): refused naming both versions, the guest
+#    carrying on on the source.
 set -euo pipefail
 
 # shellcheck source=tests/vm/lib.sh
@@ -32,6 +38,8 @@ set -euo pipefail
 . "$(dirname "$0")/workload.sh"
 # shellcheck source=vmm-config/qemu-profile.sh
 . "$XVFS_ROOT/vmm-config/qemu-profile.sh"
+# shellcheck source=tests/vm/releases.sh
+. "$(dirname "$0")/releases.sh"
 
 vmt_init migrate
 MIGRATIONS=${XVFS_MIGRATIONS:-6}
@@ -368,11 +376,59 @@ if guest_started "$SHARE" n "newer stream version"; then
     GUEST_SCRIPT=$NEWER_SCRIPT migrate n o
     assert_eq failed "${RES%% *}" "newer stream version: the migration is refused ($RES)"
     assert_ok "newer stream version: the destination says which version it reads" \
-        grep -q "migration stream version 2 is not supported (this build reads version 1)" "$VMT_DIR/o.daemon.log"
+        grep -q "migration stream version 3 is not supported (this build reads version 2)" "$VMT_DIR/o.daemon.log"
     touch "$SHARE/done"
     wait "${QEMU_PID[n]}" 2>/dev/null || true
     assert_eq "keep=before new=n" "$(cat "$SHARE/r.txt" 2>/dev/null)" \
         "newer stream version: the guest carried on on the source"
+fi
+cleanup
+
+# ---- 5. Across builds from git history ----
+PREV=$(release_previous)
+PRE_BIN=$(release_binary pre-0.2.0)
+HEAD_BIN=$XVFS_ROOT/host/target/release/xvirtiofsd
+SHARE=$VMT_DIR/share-releases
+new_share "$SHARE"
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+REL_SCRIPT='S=/mnt/shared; exec 3< $S/keep; exec 4>> $S/append.log; cd $S; touch $S/started
+n=0; e=0; while [ ! -e $S/done ]; do n=$((n+1)); echo "a$n" >&4 || e=$((e+1)); sleep 0.2; done
+echo "keep=$(cat <&3) cwd=$(echo c > cwdfile && cat cwdfile) appends=$n lines=$(wc -l < append.log) append-errors=$e" > $S/r.txt'
+if [ -n "$PREV" ]; then
+    first=$(release_binary "$PREV")
+    say "migration across releases: $PREV ($first) <-> HEAD"
+else
+    first=$HEAD_BIN
+    say "migration across releases: no release older than HEAD's sources; from HEAD only"
+fi
+DAEMON_BIN=$first GUEST_SCRIPT=$REL_SCRIPT start_daemon r0 "$SHARE"
+GUEST_SCRIPT=$REL_SCRIPT start_vm r0
+if guest_started "$SHARE" r0 "across releases"; then
+    from=r0
+    if [ -n "$PREV" ]; then
+        DAEMON_BIN=$HEAD_BIN start_daemon r1 "$SHARE"
+        GUEST_SCRIPT=$REL_SCRIPT migrate r0 r1
+        assert_eq completed "${RES%% *}" "release $PREV -> HEAD: the migration completes ($RES)"
+        DAEMON_BIN=$first start_daemon r2 "$SHARE"
+        GUEST_SCRIPT=$REL_SCRIPT migrate r1 r2
+        assert_eq completed "${RES%% *}" "HEAD -> release $PREV: the migration completes ($RES)"
+        from=r2
+    fi
+    # The last build before release numbering as the destination of a
+    # release's stream: refused, the guest carries on.
+    DAEMON_BIN=$PRE_BIN start_daemon rp "$SHARE"
+    GUEST_SCRIPT=$REL_SCRIPT migrate "$from" rp
+    assert_eq failed "${RES%% *}" "to the pre-0.2.0 build: the migration is refused ($RES)"
+    assert_ok "to the pre-0.2.0 build: it says which version it reads" \
+        grep -q "migration stream version 2 is not supported (this build reads version 1)" "$VMT_DIR/rp.daemon.log"
+    touch "$SHARE/done"
+    wait "${QEMU_PID[$from]}" 2>/dev/null || true
+    r=$(cat "$SHARE/r.txt" 2>/dev/null)
+    assert_eq "keep=before cwd=c" "$(echo "$r" | cut -d" " -f1,2)" \
+        "across releases: the file opened at the start and the cwd still work ($r)"
+    assert_eq "$(field appends "$SHARE/r.txt")" "$(field lines "$SHARE/r.txt")" \
+        "across releases: every append through the kept descriptor is on the host"
+    assert_eq 0 "$(field append-errors "$SHARE/r.txt")" "across releases: no append failed"
 fi
 cleanup
 
