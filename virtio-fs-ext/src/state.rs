@@ -80,6 +80,55 @@ pub struct ConfigState {
     pub tag: Option<String>,
 }
 
+/// The command line's defaults (`xvirtiofsd --shared-dir ""` on a host
+/// with at most 2 CPUs, where the poll window defaults to 0): fixtures
+/// spell out only what they change (`..Default::default()`).
+/// `settings::tests` in xvirtiofsd checks this against the parser.
+impl Default for ConfigState {
+    fn default() -> Self {
+        use crate::config::{FileHandles, MigrationMode, MigrationOnError, Negotiation};
+        ConfigState {
+            shared_dir: String::new(),
+            cache: CacheMode::Auto,
+            xattr: false,
+            readonly: false,
+            writeback: false,
+            allow_direct_io: false,
+            readdirplus: true,
+            sandbox: SandboxMode::Namespace,
+            seccomp: SeccompAction::Kill,
+            queues: 16,
+            poll_mode: PollMode::Adaptive,
+            poll_us: 0,
+            poll_cpu_max: 100,
+            syslog: false,
+            preserve_noatime: false,
+            queue_cpus: Vec::new(),
+            metrics_file: None,
+            log_level: LogLevel::Info,
+            socket_path: None,
+            migration_mode: MigrationMode::FindPaths,
+            migration_on_error: MigrationOnError::Abort,
+            migration_verify_handles: false,
+            migration_confirm_paths: false,
+            xattrmap: None,
+            no_device_nodes: false,
+            no_setid: false,
+            killpriv_v2: false,
+            allow_mmap: false,
+            announce_submounts: false,
+            translate_uid: Vec::new(),
+            translate_gid: Vec::new(),
+            posix_acl: Negotiation::Never,
+            security_label: Negotiation::Never,
+            posix_lock: false,
+            flock: false,
+            inode_file_handles: FileHandles::Never,
+            tag: None,
+        }
+    }
+}
+
 /// One guest memory region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegionState {
@@ -258,41 +307,8 @@ mod tests {
             config: ConfigState {
                 shared_dir: "/s".into(),
                 cache: CacheMode::Always,
-                xattr: false,
-                readonly: false,
-                writeback: false,
-                allow_direct_io: false,
-                readdirplus: true,
-                sandbox: SandboxMode::Namespace,
-                seccomp: SeccompAction::Kill,
                 queues: 1,
-                poll_mode: PollMode::Adaptive,
-                poll_us: 50,
-                poll_cpu_max: 100,
-                syslog: false,
-                preserve_noatime: false,
-                queue_cpus: Vec::new(),
-                metrics_file: None,
-                log_level: LogLevel::Info,
-                socket_path: None,
-                migration_mode: MigrationMode::FindPaths,
-                migration_on_error: MigrationOnError::Abort,
-                migration_verify_handles: false,
-                migration_confirm_paths: false,
-                xattrmap: None,
-                no_device_nodes: false,
-                no_setid: false,
-                killpriv_v2: false,
-                allow_mmap: false,
-                announce_submounts: false,
-                translate_uid: Vec::new(),
-                translate_gid: Vec::new(),
-                posix_acl: crate::config::Negotiation::Never,
-                security_label: crate::config::Negotiation::Never,
-                posix_lock: false,
-                flock: false,
-                inode_file_handles: Default::default(),
-                tag: None,
+                ..Default::default()
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,

@@ -149,3 +149,26 @@ pub(crate) fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfi
         tag: c.tag.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `ConfigState::default()` is the command line's defaults: fixtures
+    /// built from it mean what a daemon started without options runs with.
+    #[test]
+    fn the_default_settings_are_the_command_lines() {
+        let mut opt = Opt::try_parse_from(["xvirtiofsd", "--shared-dir=/s", "--socket-path=/x"])
+            .expect("parse");
+        opt.resolve().expect("resolve");
+        let got = config_state(&opt, Path::new("/s"));
+        let want = ConfigState {
+            shared_dir: "/s".into(),
+            socket_path: Some("/x".into()),
+            poll_us: got.poll_us,
+            ..Default::default()
+        };
+        assert_eq!(got, want);
+    }
+}

@@ -27,7 +27,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
-use virtio_fs_ext::config::{CacheMode, LogLevel, PollMode, SandboxMode, SeccompAction};
+use virtio_fs_ext::config::{PollMode, SandboxMode, SeccompAction};
 use virtio_fs_ext::state::ConfigState;
 use xvfs_fs::{CachePolicy, Config, PassthroughFs};
 use xvirtiofsd::control::{self, HandoverSlot, StatusInfo};
@@ -513,42 +513,11 @@ pub fn fuse_request(opcode: u32, unique: u64, nodeid: u64, args: &[u8]) -> Vec<u
 pub fn handover_config(dir: &Path) -> ConfigState {
     ConfigState {
         shared_dir: dir.display().to_string(),
-        cache: CacheMode::Auto,
-        xattr: false,
-        readonly: false,
-        writeback: false,
-        allow_direct_io: false,
-        readdirplus: true,
         sandbox: SandboxMode::None,
         seccomp: SeccompAction::None,
         queues: 1,
         poll_mode: PollMode::Never,
-        poll_us: 0,
-        poll_cpu_max: 100,
-        syslog: false,
-        preserve_noatime: false,
-        queue_cpus: Vec::new(),
-        metrics_file: None,
-        log_level: LogLevel::Info,
-        socket_path: None,
-        migration_mode: Default::default(),
-        migration_on_error: Default::default(),
-        migration_verify_handles: false,
-        migration_confirm_paths: false,
-        xattrmap: None,
-        no_device_nodes: false,
-        no_setid: false,
-        killpriv_v2: false,
-        allow_mmap: false,
-        announce_submounts: false,
-        translate_uid: Vec::new(),
-        translate_gid: Vec::new(),
-        posix_acl: virtio_fs_ext::config::Negotiation::Never,
-        security_label: virtio_fs_ext::config::Negotiation::Never,
-        posix_lock: false,
-        flock: false,
-        inode_file_handles: Default::default(),
-        tag: None,
+        ..Default::default()
     }
 }
 
