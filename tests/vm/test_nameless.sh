@@ -13,7 +13,9 @@
 # kills twice more. At the end (b) is linked in with linkat. Checked: no
 # error in any round, the content of each file, (b) linked in with all its
 # rounds, the holder kept the files (the log says so after each restart),
-# nothing "not found again".
+# nothing "not found again". Second boot, with --crash-restart-keep all: a
+# file the guest holds open that another host process deletes (no request
+# tells the daemon) reads on through two kills.
 set -euo pipefail
 
 # shellcheck source=tests/vm/lib.sh
@@ -27,6 +29,21 @@ CTL=$VMT_DIR/ctl.sock
 mkdir -p "$SHARE"
 gcc -static -O2 -Wall -Werror -o "$SHARE/nameless" "$XVFS_ROOT/tests/vm/nameless.c"
 
+# kill_one NAME: kills the serving process on $CTL; checks a new one took over.
+kill_one() {
+    local pid new ok i
+    sleep "$(python3 -c 'import random; print(round(random.uniform(1.0, 2.0), 2))')"
+    pid=$(vmt_status "$CTL" pid)
+    kill -9 "$pid"
+    ok=0
+    for i in $(seq 1 200); do
+        new=$(vmt_status "$CTL" pid || true)
+        if [ -n "$new" ] && [ "$new" != "$pid" ]; then ok=1; break; fi
+        sleep 0.05
+    done
+    echo "CHECK kill-$1-new-serving-process 1 $ok"
+}
+
 host_side() {
     local i pid new ok holder rc
     for i in $(seq 1 240); do
@@ -34,18 +51,6 @@ host_side() {
         sleep 0.5
     done
     [ -e "$SHARE/n/ready" ] || { echo "FAILCHECK guest never got ready"; touch "$SHARE/n/done"; return; }
-    kill_one() {
-        sleep "$(python3 -c 'import random; print(round(random.uniform(1.0, 2.0), 2))')"
-        pid=$(vmt_status "$CTL" pid)
-        kill -9 "$pid"
-        ok=0
-        for i in $(seq 1 200); do
-            new=$(vmt_status "$CTL" pid || true)
-            if [ -n "$new" ] && [ "$new" != "$pid" ]; then ok=1; break; fi
-            sleep 0.05
-        done
-        echo "CHECK kill-$1-new-serving-process 1 $ok"
-    }
     upgrade_one() {
         sleep 1
         holder=$(vmt_status "$CTL" crash_restart.holder_pid)
@@ -91,11 +96,41 @@ log=$VMT_DIR/run/daemon.log
 restarts=$((KILLS + 3))
 assert_eq "$restarts" "$(grep -c 'crash restart: now serving as pid' "$log")" \
     "a serving process took over after every kill ($restarts)"
-kept=$(grep -c 'open files with no name left kept by the holder' "$log" || true)
+kept=$(grep -c 'open files from descriptors the holder kept' "$log" || true)
 assert_eq "$restarts" "$kept" "every restart reported what the holder kept"
 assert_ok "the holder handed back the nameless nodes and open files" \
-    grep -qE '\(([4-9]|[1-9][0-9]+) nodes and ([3-9]|[1-9][0-9]+) open files with no name left' "$log"
+    grep -qE '\(([4-9]|[1-9][0-9]+) nodes and ([3-9]|[1-9][0-9]+) open files from descriptors the holder kept' "$log"
 assert_eq 0 "$(grep -c 'not found again' "$log" || true)" "no node or handle lost at any restart"
-grep -E 'not found again|kept by the holder' "$log" | tail -n 3 | sed 's/^/     /' || true
+grep -E 'not found again|the holder kept' "$log" | tail -n 3 | sed 's/^/     /' || true
+
+# Second boot, --crash-restart-keep all: a file the guest holds open that
+# another host process deletes (the guest never sees it go) survives kills.
+SHARE2=$VMT_DIR/share-all
+CTL2=$VMT_DIR/ctl-all.sock
+mkdir -p "$SHARE2"
+echo "host file" >"$SHARE2/h"
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+ALL_SCRIPT='S=/mnt/shared; exec 5< $S/h; touch $S/ready; i=0; e=0
+while [ ! -e $S/done ]; do i=$((i+1)); [ "$(cat /proc/$$/fd/5)" = "host file" ] || e=$((e+1)); sleep 0.1; done
+echo "rounds=$i errors=$e"'
+(
+    for _ in $(seq 1 240); do [ -e "$SHARE2/ready" ] && break; sleep 0.5; done
+    rm -f "$SHARE2/h"
+    CTL=$CTL2
+    for n in 1 2; do kill_one "keep-all-$n"; done
+    sleep 1
+    touch "$SHARE2/done"
+) >"$VMT_DIR/host-side-all.txt" 2>&1 &
+HOST_PID=$!
+rc=0
+DAEMON_ARGS="--crash-restart --crash-restart-keep all --control $CTL2" \
+    XVFS_TIMEOUT=300 vmt_guest "$SHARE2" "$ALL_SCRIPT" "$VMT_DIR/guest-all.out" || rc=$?
+touch "$SHARE2/done"
+wait "$HOST_PID" || true
+assert_eq 0 "$rc" "keep all: guest script exit status"
+vmt_checks "$VMT_DIR/host-side-all.txt" "keep all: "
+assert_eq 0 "$(sed -n 's/.*rounds=[0-9]* errors=\([0-9]*\).*/\1/p' "$VMT_DIR/guest-all.out")" \
+    "keep all: a file another host process deleted reads on through two kills ($(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$VMT_DIR/guest-all.out") rounds)"
+assert_eq 0 "$(grep -c 'not found again' "$VMT_DIR/run/daemon.log" || true)" "keep all: nothing lost at the restarts"
 
 vmt_summary

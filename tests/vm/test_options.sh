@@ -77,6 +77,7 @@ CASES=(
     "--no-setid|plain|--no-setid|serve"
     "--crash-restart|plain|--crash-restart|serve"
     "--crash-restart-limit|plain|--crash-restart --crash-restart-limit 3/60|serve"
+    "--crash-restart-keep|plain|--crash-restart --crash-restart-keep all|serve"
     "source|source||serve"
     "cache|plain|-o cache=none|serve"
     "loglevel|plain|-o loglevel=debug|serve"

@@ -82,6 +82,17 @@ fn crash(h: Harness) -> TestDir {
 /// from the journal in `jf` and what `k` hands back (nothing may be lost
 /// but the nodes in `lost`).
 fn serving(dir: TestDir, jf: &OwnedFd, k: &Arc<TestKeeper>, recover: Option<&[u64]>) -> Harness {
+    serving_with(dir, jf, k, recover, false)
+}
+
+/// [`serving`], keeping every node and open file with `all`.
+fn serving_with(
+    dir: TestDir,
+    jf: &OwnedFd,
+    k: &Arc<TestKeeper>,
+    recover: Option<&[u64]>,
+    all: bool,
+) -> Harness {
     let j: &'static Journal = Box::leak(Box::new(Journal::open(jf.as_fd()).unwrap()));
     let mut fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
     if let Some(lost) = recover {
@@ -94,7 +105,7 @@ fn serving(dir: TestDir, jf: &OwnedFd, k: &Arc<TestKeeper>, recover: Option<&[u6
     } else {
         fs.attach_journal(j);
     }
-    fs.attach_keeper(k.clone());
+    fs.attach_keeper(k.clone(), all);
     let h = Harness::from_fs(dir, fs);
     match j.session().filter(|_| recover.is_some()) {
         Some(s) => h.srv.restore_session(s).unwrap(),
@@ -218,4 +229,42 @@ fn a_kept_descriptor_of_a_foreign_file_is_refused() {
         "{:?}",
         report.failed
     );
+}
+
+#[test]
+fn with_keep_all_files_another_process_deletes_survive_a_crash() {
+    let dir = TestDir::new("keep-all");
+    let (jf, _) = journal(&dir);
+    let k = Arc::new(TestKeeper::default());
+    let h = serving_with(dir, &jf, &k, None, true);
+    std::fs::write(h.dir.join("looked"), b"looked up").unwrap();
+    std::fs::write(h.dir.join("open"), b"open").unwrap();
+    let looked = h.lookup_ok(ROOT, "looked").nodeid;
+    let open = h.lookup_ok(ROOT, "open").nodeid;
+    let fh = h.open(open, libc::O_RDWR).parse::<abi::OpenOut>().fh;
+    assert!(k.holds(Kept::Node(looked)) && k.holds(Kept::Handle(fh)));
+    // Another host process deletes both: the guest's requests never say so.
+    std::fs::remove_file(h.dir.join("looked")).unwrap();
+    std::fs::remove_file(h.dir.join("open")).unwrap();
+    let h2 = serving_with(crash(h), &jf, &k, Some(&[]), true);
+    assert_eq!(h2.getattr(looked).parse::<abi::AttrOut>().attr.nlink, 0);
+    h2.write(open, fh, 4, b" and on").ok();
+    assert_eq!(h2.read(open, fh, 0, 100).ok(), b"open and on");
+    // Forgetting and releasing lets go.
+    h2.release(open, fh).ok();
+    h2.forget(looked, 1);
+    assert!(!k.holds(Kept::Handle(fh)) && !k.holds(Kept::Node(looked)));
+}
+
+#[test]
+fn without_keep_all_a_file_another_process_deletes_is_lost_not_mistaken() {
+    let dir = TestDir::new("keep-nameless");
+    let (jf, _) = journal(&dir);
+    let k = Arc::new(TestKeeper::default());
+    let h = serving(dir, &jf, &k, None);
+    std::fs::write(h.dir.join("looked"), b"x").unwrap();
+    let looked = h.lookup_ok(ROOT, "looked").nodeid;
+    std::fs::remove_file(h.dir.join("looked")).unwrap();
+    let h2 = serving(crash(h), &jf, &k, Some(&[looked]));
+    assert_eq!(h2.getattr(looked).err(), libc::EIO);
 }

@@ -50,6 +50,8 @@ pub struct HolderLink {
     /// After a crash: what the holder kept for the crashed process, until
     /// the file system takes it.
     kept: Mutex<Vec<(Kept, OwnedFd)>>,
+    /// `--crash-restart-keep all`.
+    keep_all: bool,
 }
 
 impl HolderLink {
@@ -75,6 +77,7 @@ impl HolderLink {
             lost: AtomicBool::new(false),
             keeper: Arc::new(HolderKeeper::new(UnixStream::from(keeper))),
             kept: Mutex::new(Vec::new()),
+            keep_all: opt.crash_restart_keep == crate::cli::CrashRestartKeep::All,
         }))
     }
 
@@ -86,6 +89,11 @@ impl HolderLink {
     /// Where the file system keeps files with no name left.
     pub fn keeper(&self) -> Arc<dyn Keeper> {
         self.keeper.clone()
+    }
+
+    /// Whether every node and open file is kept (`--crash-restart-keep all`).
+    pub fn keep_all(&self) -> bool {
+        self.keep_all
     }
 
     /// A crashed predecessor's state, from the holder: first the files it

@@ -115,6 +115,13 @@ pub enum InodeFileHandles {
     Fallback,
 }
 
+/// `--crash-restart-keep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CrashRestartKeep {
+    Nameless,
+    All,
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "xvirtiofsd",
@@ -247,6 +254,22 @@ pub struct Opt {
     /// sees I/O errors, never a hang) and exits once the front-end leaves.
     #[arg(long, value_name = "N/SECONDS", default_value = "5/60", value_parser = parse_limit)]
     pub crash_restart_limit: (u32, u64),
+
+    /// With --crash-restart: which files the holder keeps a descriptor of.
+    /// `nameless`: those the guest holds that lose their name by the
+    /// guest's own doing (unlinked or removed while open or a cwd, renamed
+    /// over, O_TMPFILE), enough for everything the guest does. `all`: every
+    /// node and open file the guest holds, so that a file another host
+    /// process deletes or renames over also survives a crash, at the cost
+    /// of a message to the holder per new node, open and release.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WHAT",
+        default_value = "nameless",
+        requires = "crash_restart"
+    )]
+    pub crash_restart_keep: CrashRestartKeep,
 
     /// Internal (the holder's serving process): the holder's socket.
     #[arg(long, value_name = "FD", hide = true, requires = "holder_journal")]

@@ -172,7 +172,7 @@ impl Daemon {
         let mut fs = PassthroughFs::on(fs_cfg, dir).map_err(SetupError::Fs)?;
         if let Some(l) = &link {
             fs.attach_journal(l.journal());
-            fs.attach_keeper(l.keeper());
+            fs.attach_keeper(l.keeper(), l.keep_all());
         }
         let server = Arc::new(FsServer::new(fs));
 
@@ -640,10 +640,10 @@ fn restore_fs(
             let report = fs
                 .recover(l.journal(), l.take_kept())
                 .map_err(SetupError::Fs)?;
-            fs.attach_keeper(l.keeper());
+            fs.attach_keeper(l.keeper(), l.keep_all());
             info!(
                 "crash restart: {} inodes and {} open files found again ({} nodes and {} \
-                 open files with no name left kept by the holder)",
+                 open files from descriptors the holder kept)",
                 report.inodes,
                 report.handles,
                 report.kept_nodes.len(),
@@ -664,7 +664,7 @@ fn restore_fs(
             let mut fs = fs.map_err(SetupError::Fs)?;
             if let Some(l) = link {
                 fs.attach_journal(l.journal());
-                fs.attach_keeper(l.keeper());
+                fs.attach_keeper(l.keeper(), l.keep_all());
             }
             fs
         }

@@ -81,7 +81,7 @@ impl PassthroughFs {
             self.reopen(&inode, flags)?
         };
         let fh = self.handles.insert(id, fd, flags);
-        self.opened(id);
+        self.opened(id, fh);
         Ok((fh, self.file_open_flags()))
     }
 
@@ -131,7 +131,7 @@ impl PassthroughFs {
             Err(e) => return Err(e),
         };
         let fh = self.handles.insert(entry.inode, fd, flags);
-        self.opened(entry.inode);
+        self.opened(entry.inode, fh);
         Ok((entry, fh, self.file_open_flags()))
     }
 
@@ -218,7 +218,7 @@ impl PassthroughFs {
         self.room(1)?;
         let fd = self.reopen(&inode, flags)?;
         let fh = self.handles.insert(id, fd, flags);
-        self.opened(id);
+        self.opened(id, fh);
         Ok((fh, self.dir_open_flags()))
     }
 

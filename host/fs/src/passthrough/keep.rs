@@ -16,6 +16,12 @@
 //! A node that loses its name while nothing of it is open (a regular file
 //! the guest only looked up) is only *marked*: nothing can reach it but an
 //! open already under way, and such an open keeps it then.
+//!
+//! Files that *another host process* deletes or renames over are not seen
+//! losing their name. With `keep_all` ([`PassthroughFs::attach_keeper`],
+//! `--crash-restart-keep all`) every node is kept when the guest first
+//! gets it and every open file when it is opened, so those survive too, at
+//! the cost of a message to the keeper per new node, open and release.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -118,10 +124,11 @@ impl KeptFiles {
 
 impl PassthroughFs {
     /// Hands files that lose their name to `k` from now on (see the module
-    /// documentation). This process's view of the share (and a live
-    /// upgrade predecessor's) is kept first; then every node already held
-    /// that has no name left (a live upgrade's) is kept.
-    pub fn attach_keeper(&mut self, k: Arc<dyn Keeper>) {
+    /// documentation); with `all`, every node and open file. This
+    /// process's view of the share (and a live upgrade predecessor's) is
+    /// kept first; then every node already held that has no name left (a
+    /// live upgrade's), or with `all` every node and open file.
+    pub fn attach_keeper(&mut self, k: Arc<dyn Keeper>, all: bool) {
         let mut roots: Vec<BorrowedFd<'_>> = vec![self.inodes.root_fd()];
         roots.extend(self.foreign_roots.iter().map(AsFd::as_fd));
         let roots: Vec<(Kept, BorrowedFd<'_>)> = roots
@@ -134,6 +141,7 @@ impl PassthroughFs {
             k.let_go(&rest);
         }
         self.keeper = Some(k);
+        self.keep_all = all;
         for i in self.inodes.all() {
             let gone = i
                 .fd()
@@ -141,8 +149,51 @@ impl PassthroughFs {
                 .is_ok_and(|st| st.st_nlink == 0);
             if gone {
                 self.lose_name(&i);
+            } else if all {
+                self.keep_node(&i);
             }
         }
+        if all {
+            for h in self.handles.all() {
+                self.keep_handle(h.inode, h.fh);
+            }
+        }
+    }
+
+    /// With `keep_all`: node `i`, new to the guest, is kept.
+    pub(super) fn new_node(&self, i: &Inode) {
+        if self.keep_all {
+            self.keep_node(i);
+        }
+    }
+
+    /// Keeps node `i`'s descriptor (once).
+    fn keep_node(&self, i: &Inode) {
+        let Some(k) = &self.keeper else {
+            return;
+        };
+        if !lock(&self.kept).nodes.insert(i.id) {
+            return;
+        }
+        self.any_kept.store(true, Ordering::SeqCst);
+        if let Ok(fd) = i.fd() {
+            k.keep(&[(Kept::Node(i.id), fd.as_fd())]);
+        }
+    }
+
+    /// Keeps open file `fh` (of node `inode`) (once).
+    fn keep_handle(&self, inode: u64, fh: u64) {
+        let Some(k) = &self.keeper else {
+            return;
+        };
+        let Some(h) = self.handles.get(fh).filter(|h| h.inode == inode) else {
+            return;
+        };
+        if !lock(&self.kept).handles.insert(fh) {
+            return;
+        }
+        self.any_kept.store(true, Ordering::SeqCst);
+        k.keep(&[(Kept::Handle(fh), h.fd())]);
     }
 
     /// Whether files are kept (a keeper is attached).
@@ -192,8 +243,12 @@ impl PassthroughFs {
     }
 
     /// A file was opened as `fh` on node `id`: kept if the node has no
-    /// name left.
-    pub(super) fn opened(&self, id: u64) {
+    /// name left, or with `keep_all`.
+    pub(super) fn opened(&self, id: u64, fh: u64) {
+        if self.keep_all {
+            self.keep_handle(id, fh);
+            return;
+        }
         if !self.any_kept.load(Ordering::SeqCst) || !lock(&self.kept).nameless.contains(&id) {
             return;
         }

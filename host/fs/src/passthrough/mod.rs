@@ -149,6 +149,9 @@ pub struct PassthroughFs {
     kept: std::sync::Mutex<keep::KeptSet>,
     /// Anything was ever kept or marked (a fast path for the others).
     any_kept: std::sync::atomic::AtomicBool,
+    /// Every node and open file is kept, not only those that lose their
+    /// name (`--crash-restart-keep all`).
+    keep_all: bool,
     /// Kept by a crashed process and not wanted any more: let go once a
     /// keeper is attached.
     kept_rest: Vec<Kept>,
@@ -203,6 +206,7 @@ impl PassthroughFs {
             keeper: None,
             kept: std::sync::Mutex::new(keep::KeptSet::default()),
             any_kept: std::sync::atomic::AtomicBool::new(false),
+            keep_all: false,
             kept_rest: Vec::new(),
             foreign_roots: Vec::new(),
         }
@@ -405,6 +409,7 @@ impl PassthroughFs {
     /// `origin` (parent and name) if by name.
     fn insert_fd(&self, fd: OwnedFd, origin: table::Origin<'_>) -> io::Result<Entry> {
         let st = sys::stat_fd(fd.as_fd())?;
+        let created = std::cell::Cell::new(false);
         let inode = self
             .inodes
             .lookup_or_insert(
@@ -412,10 +417,16 @@ impl PassthroughFs {
                 (st.st_dev, st.st_ino),
                 st.st_mode & libc::S_IFMT,
                 || self.room(1).is_ok(),
-                |fd| self.hold(fd, st.st_dev, st.st_mode & libc::S_IFMT),
+                |fd| {
+                    created.set(true);
+                    self.hold(fd, st.st_dev, st.st_mode & libc::S_IFMT)
+                },
                 origin,
             )?
             .ok_or_else(|| err(libc::EMFILE))?;
+        if created.get() {
+            self.new_node(&inode);
+        }
         Ok(Entry {
             inode: inode.id,
             generation: inode.generation,
