@@ -11,6 +11,8 @@
 #   vmt_checks FILE [PFX]   assert the CHECK/FAILCHECK lines a host-side helper wrote
 #   vmt_status CTL FIELD    a field (a.b for nested) of `status` on control socket CTL
 #   vmt_successor_args PID  PID's arguments for a successor, one per line
+#   vmt_kill_serving CTL NAME  kill -9 the serving process behind CTL; prints
+#                           the CHECK line of a new one taking over (10 s)
 #   vmt_summary             print "N passed, M failed"; status 1 when M > 0
 
 # shellcheck source=vmm-config/functions.sh
@@ -115,6 +117,21 @@ vmt_successor_args() {
             *) printf '%s\n' "$x" ;;
         esac
     done
+}
+
+# vmt_kill_serving CTL NAME: kills (SIGKILL) the process serving on control
+# socket CTL (--crash-restart) and writes "CHECK kill-NAME-new-serving-process
+# 1 OK", OK 1 once `status` names another pid (within 10 s), else 0.
+vmt_kill_serving() {
+    local ctl=$1 name=$2 pid new ok=0 _
+    pid=$(vmt_status "$ctl" pid)
+    kill -9 "$pid"
+    for _ in $(seq 1 200); do
+        new=$(vmt_status "$ctl" pid || true)
+        if [ -n "$new" ] && [ "$new" != "$pid" ]; then ok=1; break; fi
+        sleep 0.05
+    done
+    echo "CHECK kill-$name-new-serving-process 1 $ok"
 }
 
 vmt_summary() {

@@ -44,20 +44,12 @@ cp "${CARGO_TARGET_DIR:-$XVFS_ROOT/host/target}/release/xvirtiofsd" "$FAULTY"
 sfield() { vmt_status "$@"; }
 
 host_side() {
-    local share=$1 ctl=$2 n pid new i ok conn0
+    local share=$1 ctl=$2 n conn0
     workload_wait_started "$share" || { echo "FAILCHECK guest never started"; touch "$share/done"; return; }
     conn0=$(sfield "$ctl" connection)
     for n in $(seq 1 "$KILLS"); do
         sleep "$(python3 -c 'import random; print(round(random.uniform(1.0, 2.5), 2))')"
-        pid=$(sfield "$ctl" pid)
-        kill -9 "$pid"
-        ok=0
-        for i in $(seq 1 200); do
-            new=$(sfield "$ctl" pid || true)
-            if [ -n "$new" ] && [ "$new" != "$pid" ]; then ok=1; break; fi
-            sleep 0.05
-        done
-        echo "CHECK kill-$n-new-serving-process 1 $ok"
+        vmt_kill_serving "$ctl" "$n"
     done
     sleep 1
     echo "CHECK restarts-counted $KILLS $(sfield "$ctl" crash_restart.restarts)"

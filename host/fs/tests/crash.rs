@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
@@ -16,20 +16,6 @@ use xvfs_fs::passthrough::KeptFiles;
 use xvfs_fs::PassthroughFs;
 
 const ROOT: u64 = abi::ROOT_ID;
-
-/// An unlinked file to hold the journal (a memfd in the daemon).
-fn journal_file(dir: &TestDir) -> OwnedFd {
-    let path = dir.join(".journal");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    std::fs::remove_file(&path).unwrap();
-    OwnedFd::from(f)
-}
 
 /// A serving "process": a file system on `dir` journaling into `j`,
 /// rebuilt from it when `recover`.

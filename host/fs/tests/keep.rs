@@ -57,19 +57,11 @@ impl TestKeeper {
     }
 }
 
-fn journal(dir: &TestDir) -> (OwnedFd, &'static Journal) {
-    let path = dir.join(".journal");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    std::fs::remove_file(&path).unwrap();
-    let f = OwnedFd::from(f);
-    let j = Box::leak(Box::new(Journal::create(f.as_fd(), 2, 256, 256).unwrap()));
-    (f, j)
+/// A new journal in an unlinked file (the holder's memfd).
+fn journal(dir: &TestDir) -> OwnedFd {
+    let f = journal_file(dir);
+    Journal::create(f.as_fd(), 2, 256, 256).unwrap();
+    f
 }
 
 /// The crash: the process and every descriptor of its own are gone.
@@ -123,7 +115,7 @@ fn unlink(h: &Harness, parent: u64, name: &str) {
 #[test]
 fn unlinked_renamed_over_and_tmpfiles_survive_a_crash() {
     let dir = TestDir::new("keep");
-    let (jf, _) = journal(&dir);
+    let jf = journal(&dir);
     let k = Arc::new(TestKeeper::default());
     let h = serving(dir, &jf, &k, None);
     // (a) unlinked while open.
@@ -206,7 +198,7 @@ fn unlinked_renamed_over_and_tmpfiles_survive_a_crash() {
 #[test]
 fn a_kept_descriptor_of_a_foreign_file_is_refused() {
     let dir = TestDir::new("keep-foreign");
-    let (jf, _) = journal(&dir);
+    let jf = journal(&dir);
     let k = Arc::new(TestKeeper::default());
     let h = serving(dir, &jf, &k, None);
     let (a, _) = h.create_ok(ROOT, "a");
@@ -234,7 +226,7 @@ fn a_kept_descriptor_of_a_foreign_file_is_refused() {
 #[test]
 fn with_keep_all_files_another_process_deletes_survive_a_crash() {
     let dir = TestDir::new("keep-all");
-    let (jf, _) = journal(&dir);
+    let jf = journal(&dir);
     let k = Arc::new(TestKeeper::default());
     let h = serving_with(dir, &jf, &k, None, true);
     std::fs::write(h.dir.join("looked"), b"looked up").unwrap();
@@ -259,7 +251,7 @@ fn with_keep_all_files_another_process_deletes_survive_a_crash() {
 #[test]
 fn without_keep_all_a_file_another_process_deletes_is_lost_not_mistaken() {
     let dir = TestDir::new("keep-nameless");
-    let (jf, _) = journal(&dir);
+    let jf = journal(&dir);
     let k = Arc::new(TestKeeper::default());
     let h = serving(dir, &jf, &k, None);
     std::fs::write(h.dir.join("looked"), b"x").unwrap();

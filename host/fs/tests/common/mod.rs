@@ -389,3 +389,17 @@ pub fn parse_dirents(
     }
     v
 }
+
+/// An unlinked file to hold the journal (a memfd in the daemon).
+pub fn journal_file(dir: &TestDir) -> std::os::fd::OwnedFd {
+    let path = dir.join(".journal");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::os::fd::OwnedFd::from(f)
+}
