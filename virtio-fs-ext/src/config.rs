@@ -45,6 +45,15 @@ impl From<Negotiation> for xvfs_fs::passthrough::Offer {
     }
 }
 
+/// `--crash-restart-keep`: which files the holder keeps for a restarted
+/// serving process (those with no name left, or every one the guest holds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+pub enum CrashRestartKeep {
+    #[default]
+    Nameless,
+    All,
+}
+
 /// How long the guest may cache metadata and data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum CacheMode {

@@ -25,7 +25,7 @@ pub fn all() -> [Format; 3] {
     [
         Format {
             name: "state",
-            what: "live-upgrade state and crash-restart checkpoint (handover protocol)",
+            what: "live-upgrade state and crash-restart checkpoint (handover protocol; writes the newest format the successor reads)",
             writes: crate::frame::FORMAT_VERSION,
             reads: crate::frame::MIN_FORMAT_VERSION..=crate::frame::FORMAT_VERSION,
         },

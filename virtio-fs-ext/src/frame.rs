@@ -23,11 +23,14 @@ pub const MAGIC: &[u8; 8] = b"XVFSSTAT";
 /// CPU budget, --syslog, --preserve-noatime; 4: the --migration-* settings;
 /// 5: --killpriv-v2; 6: pre-release builds wrote several field sets under
 /// this number; 7: release 0.2.0, the first under the compatibility policy
-/// of docs/live-upgrade.md, with 6's last field set). Every version is
-/// pinned by a golden sample (`tests/golden.rs`).
-pub const FORMAT_VERSION: u32 = 7;
-/// The oldest format this build reads: 7 (6 and older came from builds
-/// before release 0.2.0, whose field sets cannot be told apart: refused).
+/// of docs/live-upgrade.md, with 6's last field set; 8: release 0.3.0,
+/// a list of parts each with its own version, the settings split by
+/// meaning, `--crash-restart-keep`). Every version is pinned by a golden
+/// sample (`tests/golden.rs`).
+pub const FORMAT_VERSION: u32 = 8;
+/// The oldest format this build reads, and writes for a successor that
+/// reads no newer: 7 (6 and older came from builds before release 0.2.0,
+/// whose field sets cannot be told apart: refused).
 pub const MIN_FORMAT_VERSION: u32 = 7;
 pub const HEADER_LEN: usize = 20;
 /// Upper bound on a payload (64 MiB: millions of inodes).

@@ -4,6 +4,8 @@
 //!
 //! - [`config`]: the domain settings (cache, sandbox, seccomp, polling,
 //!   log level), shared by the command line and the state;
+//! - [`settings`]: the command line's settings by meaning (security,
+//!   serving, operations), as handed on;
 //! - [`state`]: everything a daemon knows about its device and file system,
 //!   as plain serializable data, with file descriptors referred to by index;
 //! - [`frame`]: the versioned, checksummed envelope around a state blob;
@@ -22,4 +24,5 @@ pub mod formats;
 pub mod frame;
 pub mod handover;
 pub mod migration;
+pub mod settings;
 pub mod state;

@@ -1,6 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The state a daemon hands to its successor (format version
-//! [`frame::FORMAT_VERSION`]: one number for the whole blob).
+//! The state a daemon hands to its successor: format
+//! [`frame::FORMAT_VERSION`] as a whole, and a version on each part.
+//!
+//! Format 8's payload is a list of parts, each `(id, version, optional,
+//! bytes)` in postcard: a part is decoded by the decoder of its own
+//! version, must use all of its bytes, and must be known unless marked
+//! optional (then a reader that does not know it skips it). So a part can
+//! evolve on its own, and nothing is ever misread: a version or a length
+//! stands in front of every part. Format 7 (release 0.2.0) is one flat
+//! structure ([`v7`]): read, and written for a successor that reads no
+//! newer when the state holds nothing it cannot carry.
 //!
 //! File descriptors are not part of the serialized data: they travel beside it
 //! over SCM_RIGHTS, in one list, and every `*_fd` field here is an index into
@@ -8,126 +17,15 @@
 //! [`DaemonState::check`] validates indices and ranges, the device and the file
 //! system validate the rest when they rebuild themselves from it.
 
+pub mod v7;
+pub mod v8;
+
 use serde::{Deserialize, Serialize};
 use xvfs_fs::passthrough::state::FsState;
 use xvfs_fs::SessionState;
 
-use crate::config::{
-    CacheMode, LogLevel, MigrationMode, MigrationOnError, PollMode, SandboxMode, SeccompAction,
-};
 use crate::frame::{self, FrameError};
-
-/// The daemon's settings (from its command line) that the successor keeps.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfigState {
-    pub shared_dir: String,
-    pub cache: CacheMode,
-    pub xattr: bool,
-    pub readonly: bool,
-    pub writeback: bool,
-    pub allow_direct_io: bool,
-    pub readdirplus: bool,
-    pub sandbox: SandboxMode,
-    pub seccomp: SeccompAction,
-    /// Request queues offered.
-    pub queues: u16,
-    pub poll_mode: PollMode,
-    pub poll_us: u64,
-    /// `--poll-cpu-max`: percent of a CPU a worker may spend polling.
-    pub poll_cpu_max: u8,
-    /// `--syslog`: log to the system logger.
-    pub syslog: bool,
-    /// `--preserve-noatime`: keep O_NOATIME on the guest's opens.
-    pub preserve_noatime: bool,
-    pub queue_cpus: Vec<u32>,
-    pub metrics_file: Option<String>,
-    pub log_level: LogLevel,
-    /// The `--socket-path` the daemon was started with (informational).
-    pub socket_path: Option<String>,
-    /// `--migration-mode`, `--migration-on-error`,
-    /// `--migration-verify-handles`, `--migration-confirm-paths`.
-    pub migration_mode: MigrationMode,
-    pub migration_on_error: MigrationOnError,
-    pub migration_verify_handles: bool,
-    pub migration_confirm_paths: bool,
-    /// `--xattrmap`, as given.
-    pub xattrmap: Option<String>,
-    /// `--no-device-nodes`.
-    pub no_device_nodes: bool,
-    /// `--no-setid`.
-    pub no_setid: bool,
-    /// `--killpriv-v2` (format version 5).
-    pub killpriv_v2: bool,
-    /// `--allow-mmap` (format version 6).
-    pub allow_mmap: bool,
-    /// `--announce-submounts` (format version 6).
-    pub announce_submounts: bool,
-    /// `--translate-uid` rules, as given (format version 6).
-    pub translate_uid: Vec<String>,
-    /// `--translate-gid` rules, as given (format version 6).
-    pub translate_gid: Vec<String>,
-    /// `--posix-acl` (format version 6).
-    pub posix_acl: crate::config::Negotiation,
-    /// `--security-label` (format version 6).
-    pub security_label: crate::config::Negotiation,
-    /// `-o posix_lock` (format version 6).
-    pub posix_lock: bool,
-    /// `-o flock` (format version 6).
-    pub flock: bool,
-    /// `--inode-file-handles` (format version 6).
-    pub inode_file_handles: crate::config::FileHandles,
-    /// `--tag` (format version 6).
-    pub tag: Option<String>,
-}
-
-/// The command line's defaults (`xvirtiofsd --shared-dir ""` on a host
-/// with at most 2 CPUs, where the poll window defaults to 0): fixtures
-/// spell out only what they change (`..Default::default()`).
-/// `settings::tests` in xvirtiofsd checks this against the parser.
-impl Default for ConfigState {
-    fn default() -> Self {
-        use crate::config::{FileHandles, MigrationMode, MigrationOnError, Negotiation};
-        ConfigState {
-            shared_dir: String::new(),
-            cache: CacheMode::Auto,
-            xattr: false,
-            readonly: false,
-            writeback: false,
-            allow_direct_io: false,
-            readdirplus: true,
-            sandbox: SandboxMode::Namespace,
-            seccomp: SeccompAction::Kill,
-            queues: 16,
-            poll_mode: PollMode::Adaptive,
-            poll_us: 0,
-            poll_cpu_max: 100,
-            syslog: false,
-            preserve_noatime: false,
-            queue_cpus: Vec::new(),
-            metrics_file: None,
-            log_level: LogLevel::Info,
-            socket_path: None,
-            migration_mode: MigrationMode::FindPaths,
-            migration_on_error: MigrationOnError::Abort,
-            migration_verify_handles: false,
-            migration_confirm_paths: false,
-            xattrmap: None,
-            no_device_nodes: false,
-            no_setid: false,
-            killpriv_v2: false,
-            allow_mmap: false,
-            announce_submounts: false,
-            translate_uid: Vec::new(),
-            translate_gid: Vec::new(),
-            posix_acl: Negotiation::Never,
-            security_label: Negotiation::Never,
-            posix_lock: false,
-            flock: false,
-            inode_file_handles: FileHandles::Never,
-            tag: None,
-        }
-    }
-}
+use crate::settings::Settings;
 
 /// One guest memory region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,8 +67,8 @@ pub struct DeviceState {
     pub vrings: Vec<VringState>,
 }
 
-/// Everything, as of [`frame::FORMAT_VERSION`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Everything a successor needs (every format decodes into this).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonState {
     /// `--version` of the daemon that wrote it.
     pub writer_version: String,
@@ -181,7 +79,8 @@ pub struct DaemonState {
     pub started_unix_ms: u64,
     /// How many upgrades this connection has been through before this one.
     pub upgrades: u32,
-    pub config: ConfigState,
+    /// The command line's settings.
+    pub settings: Settings,
     /// Index of the connected vhost-user socket.
     pub vhost_socket_fd: u32,
     /// Index of the listening control socket, if any.
@@ -214,27 +113,66 @@ pub enum StateError {
     FdIndex { index: u32, count: usize },
     #[error("state is inconsistent: {0}")]
     Invalid(String),
+    #[error("state part {name} version {version} is not supported (this build reads {reads})")]
+    PartVersion {
+        name: &'static str,
+        version: u16,
+        reads: u16,
+    },
+    #[error("state part {0} is unknown to this build and not optional")]
+    UnknownPart(u16),
+    #[error("state part {0} is missing")]
+    MissingPart(&'static str),
+    #[error("state part {name} does not decode")]
+    PartDecode {
+        name: &'static str,
+        #[source]
+        source: postcard::Error,
+    },
+    #[error("state format {version} cannot carry this state: {why}")]
+    Unrepresentable { version: u32, why: String },
+    #[error("this build cannot write state format {0} (it writes {MIN_WRITE}-{FORMAT_VERSION})", FORMAT_VERSION = frame::FORMAT_VERSION, MIN_WRITE = frame::MIN_FORMAT_VERSION)]
+    CannotWrite(u32),
 }
 
 impl DaemonState {
     /// Serializes into a framed blob of the current format version.
     pub fn encode(&self) -> Result<Vec<u8>, StateError> {
-        let payload = postcard::to_stdvec(self)?;
-        Ok(frame::encode(frame::FORMAT_VERSION, &payload))
+        self.encode_as(frame::FORMAT_VERSION)
     }
 
-    /// Parses a framed blob of the current format version. An unknown enum
+    /// Serializes as format `version` (an older one for a successor that
+    /// reads no newer), or says why that format cannot carry this state.
+    pub fn encode_as(&self, version: u32) -> Result<Vec<u8>, StateError> {
+        let payload = match version {
+            7 => v7::encode(self)?,
+            8 => v8::encode(self)?,
+            other => return Err(StateError::CannotWrite(other)),
+        };
+        Ok(frame::encode(version, &payload))
+    }
+
+    /// Whether format `version` can carry this state (the settings decide:
+    /// checked before a handover pauses the guest).
+    pub fn representable_as(settings: &Settings, version: u32) -> Result<(), StateError> {
+        match version {
+            7 => v7::config(settings)
+                .map(|_| ())
+                .map_err(|why| StateError::Unrepresentable { version, why }),
+            8 => Ok(()),
+            other => Err(StateError::CannotWrite(other)),
+        }
+    }
+
+    /// Parses a framed blob of any format this build reads. An unknown enum
     /// value, a truncated field or trailing bytes are refused.
     pub fn decode(blob: &[u8]) -> Result<DaemonState, StateError> {
         let (version, payload) = frame::decode(blob)?;
-        if version != frame::FORMAT_VERSION {
-            return Err(StateError::Frame(FrameError::Version(version)));
+        match version {
+            7 => v7::decode(payload),
+            8 => v8::decode(payload),
+            other => Err(StateError::Frame(FrameError::Version(other))),
         }
-        let (state, rest) = postcard::take_from_bytes(payload)?;
-        if !rest.is_empty() {
-            return Err(StateError::Trailing(rest.len()));
-        }
-        Ok(state)
     }
 
     /// Checks every descriptor index and the ranges the device relies on.
@@ -294,21 +232,29 @@ impl DaemonState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::config::{CacheMode, CrashRestartKeep};
+    use crate::settings::{Operations, Security, Serving};
     use xvfs_fs::passthrough::state::FsState;
 
-    fn sample() -> DaemonState {
+    pub(crate) fn sample() -> DaemonState {
         DaemonState {
             writer_version: "v".into(),
             writer_pid: 7,
             started_unix_ms: 9,
             upgrades: 0,
-            config: ConfigState {
-                shared_dir: "/s".into(),
-                cache: CacheMode::Always,
-                queues: 1,
-                ..Default::default()
+            settings: Settings {
+                security: Security {
+                    shared_dir: "/s".into(),
+                    ..Default::default()
+                },
+                serving: Serving {
+                    cache: CacheMode::Always,
+                    queues: 1,
+                    ..Default::default()
+                },
+                operations: Operations::default(),
             },
             vhost_socket_fd: 0,
             control_socket_fd: None,
@@ -337,33 +283,45 @@ mod tests {
     }
 
     fn payload(st: &DaemonState) -> Vec<u8> {
-        postcard::to_stdvec(st).expect("encode")
+        frame::decode(&st.encode().expect("encode"))
+            .expect("frame")
+            .1
+            .to_vec()
     }
 
     #[test]
-    fn round_trip() {
+    fn round_trip_in_every_format_this_build_writes() {
         let st = sample();
-        let blob = st.encode().expect("encode");
-        assert_eq!(DaemonState::decode(&blob).expect("decode"), st);
+        for v in frame::MIN_FORMAT_VERSION..=frame::FORMAT_VERSION {
+            let blob = st.encode_as(v).expect("encode");
+            assert_eq!(frame::decode(&blob).expect("frame").0, v);
+            assert_eq!(
+                DaemonState::decode(&blob).expect("decode"),
+                st,
+                "format {v}"
+            );
+        }
+        let e = st.encode_as(frame::FORMAT_VERSION + 1).unwrap_err();
+        assert!(matches!(e, StateError::CannotWrite(_)), "{e:?}");
     }
 
+    /// A rollback to release 0.2.0 (format 7) is refused when the state
+    /// holds a setting that format cannot carry, naming it.
     #[test]
-    fn unknown_enum_value_is_refused_not_defaulted() {
-        let mut p = payload(&sample());
-        // writer_version "v" (2 bytes), writer_pid, started_unix_ms,
-        // upgrades (1 byte each), shared_dir "/s" (3 bytes): then `cache`.
-        let at = 2 + 1 + 1 + 1 + 3;
-        assert_eq!(p[at], 3, "CacheMode::Always is variant 3");
-        p[at] = 9;
-        let err = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &p))
-            .expect_err("an unknown cache mode must be refused");
-        assert!(matches!(err, StateError::Decode(_)), "{err:?}");
+    fn what_an_older_format_cannot_carry_is_refused_by_name() {
+        let mut st = sample();
+        st.settings.operations.crash_restart_keep = CrashRestartKeep::All;
+        let e = st.encode_as(7).unwrap_err();
+        assert!(e.to_string().contains("--crash-restart-keep all"), "{e}");
+        assert!(DaemonState::representable_as(&st.settings, 7).is_err());
+        assert!(DaemonState::representable_as(&st.settings, 8).is_ok());
+        assert!(DaemonState::decode(&st.encode().unwrap()).is_ok());
     }
 
     #[test]
     fn other_versions_are_refused() {
         let p = payload(&sample());
-        for v in [1, frame::FORMAT_VERSION + 1] {
+        for v in [1, 6, frame::FORMAT_VERSION + 1] {
             let err = DaemonState::decode(&frame::encode(v, &p)).expect_err("version");
             assert!(
                 matches!(err, StateError::Frame(FrameError::Version(got)) if got == v),
@@ -381,14 +339,16 @@ mod tests {
 
     #[test]
     fn truncated_or_padded_payload_is_refused() {
-        let p = payload(&sample());
-        let short = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &p[..p.len() - 1]))
-            .expect_err("truncated");
-        assert!(matches!(short, StateError::Decode(_)), "{short:?}");
-        let mut long = p.clone();
-        long.push(0);
-        let long = DaemonState::decode(&frame::encode(frame::FORMAT_VERSION, &long))
-            .expect_err("trailing byte");
-        assert!(matches!(long, StateError::Trailing(1)), "{long:?}");
+        for v in frame::MIN_FORMAT_VERSION..=frame::FORMAT_VERSION {
+            let blob = sample().encode_as(v).expect("encode");
+            let p = frame::decode(&blob).expect("frame").1;
+            let short =
+                DaemonState::decode(&frame::encode(v, &p[..p.len() - 1])).expect_err("truncated");
+            assert!(matches!(short, StateError::Decode(_)), "{v}: {short:?}");
+            let mut long = p.to_vec();
+            long.push(0);
+            let long = DaemonState::decode(&frame::encode(v, &long)).expect_err("trailing byte");
+            assert!(matches!(long, StateError::Trailing(1)), "{v}: {long:?}");
+        }
     }
 }

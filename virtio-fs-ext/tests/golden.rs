@@ -13,12 +13,14 @@
 use std::path::PathBuf;
 
 use virtio_fs_ext::config::{
-    CacheMode, FileHandles, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode,
-    SandboxMode, SeccompAction,
+    CacheMode, CrashRestartKeep, FileHandles, LogLevel, MigrationMode, MigrationOnError,
+    Negotiation, PollMode, SandboxMode, SeccompAction,
 };
 use virtio_fs_ext::frame;
 use virtio_fs_ext::migration::{self, MigrationStream, Received, MIGRATION_VERSION};
-use virtio_fs_ext::state::{ConfigState, DaemonState, DeviceState, RegionState, VringState};
+use virtio_fs_ext::settings::Settings;
+use virtio_fs_ext::state::v7::ConfigState;
+use virtio_fs_ext::state::{DaemonState, DeviceState, RegionState, VringState};
 use xvfs_fs::passthrough::state::{
     FileHandle, FsState, HandleState, InodeState, Location, LockState, MigratedHandle,
     MigratedInode, MigrationFs,
@@ -58,7 +60,8 @@ fn session() -> SessionState {
     }
 }
 
-/// Every field set, to a value other than its default where it has one.
+/// Every field of format 7's settings set, to a value other than its
+/// default where it has one.
 fn config() -> ConfigState {
     ConfigState {
         shared_dir: "/srv/share".into(),
@@ -101,13 +104,20 @@ fn config() -> ConfigState {
     }
 }
 
+/// Every setting set, to a value other than its default where it has one.
+fn settings() -> Settings {
+    let mut s = Settings::from(config());
+    s.operations.crash_restart_keep = CrashRestartKeep::All;
+    s
+}
+
 fn state() -> DaemonState {
     DaemonState {
         writer_version: "0.2.0".into(),
         writer_pid: 4242,
         started_unix_ms: 1_764_000_000_000,
         upgrades: 3,
-        config: config(),
+        settings: settings(),
         vhost_socket_fd: 0,
         control_socket_fd: Some(1),
         control_path: Some("/run/ctl.sock".into()),
@@ -248,6 +258,19 @@ fn state_samples_decode_and_the_current_one_is_what_this_build_writes() {
             assert_eq!(st, state());
         }
     }
+}
+
+/// Format 7 (release 0.2.0): its sample decodes into this build's state,
+/// and what this build writes for a 0.2.0 successor is that sample, byte
+/// for byte (the settings it cannot carry left at 0.2.0's behaviour).
+#[test]
+fn the_format_of_release_0_2_0_is_read_and_written_as_it_was() {
+    let mut want = state();
+    want.settings.operations.crash_restart_keep = CrashRestartKeep::Nameless;
+    let sample = std::fs::read(golden("state-v7.bin")).unwrap();
+    assert_eq!(DaemonState::decode(&sample).unwrap(), want);
+    check_sample("state-v7.bin", &want.encode_as(7).unwrap());
+    assert!(state().encode_as(7).is_err(), "--crash-restart-keep all");
 }
 
 #[test]

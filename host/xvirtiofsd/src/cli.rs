@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 pub use virtio_fs_ext::config::{
-    CacheMode, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode, SandboxMode,
-    SeccompAction,
+    CacheMode, CrashRestartKeep, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode,
+    SandboxMode, SeccompAction,
 };
 
 /// `--version`: the package version, with the build tag if one was set.
@@ -113,13 +113,6 @@ pub enum InodeFileHandles {
     Prefer,
     Mandatory,
     Fallback,
-}
-
-/// `--crash-restart-keep`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CrashRestartKeep {
-    Nameless,
-    All,
 }
 
 #[derive(Debug, Parser)]

@@ -21,13 +21,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use log::info;
-use virtio_fs_ext::state::ConfigState;
+use virtio_fs_ext::settings::Settings;
 use xvfs_fs::passthrough::SharedDir;
 
 use crate::cli::{Opt, SandboxMode};
 use crate::metrics_file::MetricsWriter;
 use crate::service_manager::Notifier;
-use crate::settings::config_state;
+use crate::settings::from_options;
 use crate::{caps, sandbox, sys};
 
 /// `CAP_DAC_READ_SEARCH`: `open_by_handle_at(2)`.
@@ -56,28 +56,28 @@ pub enum ConfineError {
     Metrics(PathBuf, #[source] std::io::Error),
 }
 
-/// Enters the sandbox `c` chooses around `c.shared_dir`, opens the share
+/// Enters the sandbox `c` chooses around `c.security.shared_dir`, opens the share
 /// from inside it, keeps the capabilities in `caps` and installs the
 /// system-call filter. Call with one thread.
 ///
 /// `extra_caps` are kept on top of `caps` until [`release_extra_caps`]
 /// (a crash restart reopens file handles with `CAP_DAC_READ_SEARCH`, then
 /// lets it go).
-pub fn confine(c: &ConfigState, caps: u64, extra_caps: u64) -> Result<SharedDir, ConfineError> {
-    let path = Path::new(&c.shared_dir);
+pub fn confine(c: &Settings, caps: u64, extra_caps: u64) -> Result<SharedDir, ConfineError> {
+    let path = Path::new(&c.security.shared_dir);
     let md = std::fs::metadata(path).map_err(|e| ConfineError::SharedDir(path.into(), e))?;
     let asked = (md.dev(), md.ino());
     // Without a mount namespace there is no private /proc: the host's,
     // opened before a chroot hides it (virtiofsd's chroot sandbox does the
     // same; docs/security.md says what that leaves open).
-    let host_proc = match c.sandbox {
+    let host_proc = match c.security.sandbox {
         SandboxMode::Namespace => None,
         SandboxMode::Chroot | SandboxMode::None => {
             Some(sys::open_path_dir(Path::new("/proc/self/fd")).map_err(ConfineError::OpenProc)?)
         }
     };
-    let ns_proc = sandbox::enter(c.sandbox, path)?;
-    let root = match c.sandbox {
+    let ns_proc = sandbox::enter(c.security.sandbox, path)?;
+    let root = match c.security.sandbox {
         SandboxMode::Namespace | SandboxMode::Chroot => Path::new("/"),
         SandboxMode::None => path,
     };
@@ -94,7 +94,10 @@ pub fn confine(c: &ConfigState, caps: u64, extra_caps: u64) -> Result<SharedDir,
     // Opening file handles (a migration's destination, a crash restart)
     // needs CAP_DAC_READ_SEARCH; only a process that holds it may call it.
     let file_handles = (caps | extra_caps) & CAP_DAC_READ_SEARCH != 0;
-    sandbox::seccomp(c.seccomp, sandbox::Profile::Serving { file_handles })?;
+    sandbox::seccomp(
+        c.security.seccomp,
+        sandbox::Profile::Serving { file_handles },
+    )?;
     info!("the shared directory was opened from inside the sandbox");
     #[cfg(feature = "fault-injection")]
     crate::attack::arm();
@@ -128,7 +131,7 @@ pub struct Prepared {
 /// must then agree with the state received), and enters the sandbox
 /// ([`confine`], keeping `extra_caps` for a while).
 pub fn prepare(opt: &Opt, shared_dir: &Path, extra_caps: u64) -> Result<Prepared, ConfineError> {
-    let cfg = config_state(opt, shared_dir);
+    let cfg = from_options(opt, shared_dir);
     let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
     let notifier = Notifier::from_env();
     let metrics = open_metrics(&cfg)?;
@@ -148,8 +151,9 @@ pub fn prepare(opt: &Opt, shared_dir: &Path, extra_caps: u64) -> Result<Prepared
 }
 
 /// `--metrics-file`, opened (its path only exists outside the sandbox).
-pub fn open_metrics(c: &ConfigState) -> Result<Option<MetricsWriter>, ConfineError> {
-    c.metrics_file
+pub fn open_metrics(c: &Settings) -> Result<Option<MetricsWriter>, ConfineError> {
+    c.operations
+        .metrics_file
         .as_ref()
         .map(|p| MetricsWriter::open(Path::new(p)).map_err(|e| ConfineError::Metrics(p.into(), e)))
         .transpose()

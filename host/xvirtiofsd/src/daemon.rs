@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use log::{info, warn};
-use virtio_fs_ext::state::{ConfigState, DaemonState};
+use virtio_fs_ext::settings::Settings;
+use virtio_fs_ext::state::DaemonState;
 use xvfs_fs::passthrough::{SharedDir, XattrMapError};
 use xvfs_fs::PassthroughFs;
 
@@ -24,7 +25,7 @@ use crate::control::{self, StatusInfo};
 use crate::metrics_file::{MetricsHandle, MetricsWriter};
 use crate::queue::measure_wake_cost;
 use crate::service_manager::Notifier;
-use crate::settings::{config_state, device_config, fs_config, max_open};
+use crate::settings::{device_config, from_options, fs_config, max_open};
 use crate::upgrade::{self, Incoming, Outgoing};
 use crate::vhost_user::{Connection, Device, ServeEnd, VhostUserError};
 use crate::{error_chain, logger, sandbox, sys, FsServer};
@@ -108,7 +109,7 @@ pub enum Ended {
 
 /// A daemon that is set up and connected, ready to serve.
 pub struct Daemon {
-    cfg: ConfigState,
+    cfg: Settings,
     dev: Device,
     conn: Connection,
     control: Option<UnixListener>,
@@ -144,7 +145,7 @@ impl Daemon {
         };
         let max_open = max_open(opt.max_open, limit)?;
         info!("at most {max_open} inodes plus open files for the guest (--max-open)");
-        let cfg = config_state(opt, &shared_dir);
+        let cfg = from_options(opt, &shared_dir);
         // Under a holder the pid files are the holder's: it is the process
         // whoever started the daemon knows.
         let pid_files = match link {
@@ -202,7 +203,7 @@ impl Daemon {
             version: cli::VERSION,
             started_unix_ms: control::now_unix_ms(),
             upgrades: 0,
-            shared_dir: cfg.shared_dir.clone(),
+            shared_dir: cfg.security.shared_dir.clone(),
             connection: sys::socket_ident(conn.stream().as_fd()),
             control_path: control_path
                 .as_ref()
@@ -270,7 +271,7 @@ impl Daemon {
         crashed: bool,
     ) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
-        logger::init(st.config.log_level);
+        logger::init(st.settings.serving.log_level);
         let notifier = own.prepared.notifier.take();
         let dev_null = own.prepared.dev_null.take();
         if crashed {
@@ -305,7 +306,10 @@ impl Daemon {
             // first, the unit follows this process.
             n.main_pid(
                 sandbox::daemon_pid(),
-                &format!("serving {} (live-upgraded)", st.config.shared_dir),
+                &format!(
+                    "serving {} (live-upgraded)",
+                    st.settings.security.shared_dir
+                ),
             );
         }
         let Restored {
@@ -350,14 +354,14 @@ impl Daemon {
             version: cli::VERSION,
             started_unix_ms: st.started_unix_ms,
             upgrades: st.upgrades + u32::from(!crashed),
-            shared_dir: st.config.shared_dir.clone(),
+            shared_dir: st.settings.security.shared_dir.clone(),
             connection: sys::socket_ident(conn.stream().as_fd()),
             control_path: st.control_path.clone().unwrap_or_default(),
             stats: OnceLock::new(),
             journal,
         };
         Ok(Daemon {
-            cfg: st.config,
+            cfg: st.settings,
             dev,
             conn,
             control,
@@ -481,16 +485,16 @@ pub(crate) fn own_settings(
     shared_dir: &Path,
     inc: &mut Incoming,
 ) -> Result<(), SetupError> {
-    let own = config_state(opt, shared_dir);
+    let own = from_options(opt, shared_dir);
     let own_control = opt.control.as_ref().map(|p| p.display().to_string());
     match crate::trust::check_settings(
         &own,
-        &inc.state.config,
+        &inc.state.settings,
         own_control.as_deref(),
         inc.state.control_path.as_deref(),
     ) {
         Ok(cfg) => {
-            inc.state.config = cfg;
+            inc.state.settings = cfg;
             Ok(())
         }
         Err(reason) => {
@@ -502,14 +506,14 @@ pub(crate) fn own_settings(
 
 /// What a successor or the holder is sent beside the device.
 fn outgoing<'a>(
-    cfg: &'a ConfigState,
+    cfg: &'a Settings,
     status: &StatusInfo,
     control_fd: Option<RawFd>,
     pid_files: &'a [RawFd],
     server: &'a FsServer,
 ) -> Outgoing<'a> {
     Outgoing {
-        config: cfg,
+        settings: cfg,
         started_unix_ms: status.started_unix_ms,
         upgrades: status.upgrades,
         control_fd,
@@ -597,7 +601,7 @@ fn restore(
         server.restore_session(s).map_err(SetupError::Session)?;
     }
     let mut take = |i: u32| inc.take(i);
-    let mut dev_cfg = device_config(&st.config, wake_cost);
+    let mut dev_cfg = device_config(&st.settings, wake_cost);
     dev_cfg.journal = journal;
     let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
     info!(
@@ -633,7 +637,7 @@ fn restore_fs(
     link: Option<&HolderLink>,
     crashed: bool,
 ) -> Result<PassthroughFs, SetupError> {
-    let cfg = fs_config(&st.config, max_open)?;
+    let cfg = fs_config(&st.settings, max_open)?;
     let fs = match link.filter(|_| crashed) {
         Some(l) => {
             let mut fs = PassthroughFs::on(cfg, dir).map_err(SetupError::Fs)?;

@@ -88,7 +88,7 @@ struct Fallback {
     /// The root of an empty tmpfs mounted nowhere.
     empty: Option<OwnedFd>,
     /// The settings from the holder's command line.
-    config: Option<virtio_fs_ext::state::ConfigState>,
+    config: Option<virtio_fs_ext::settings::Settings>,
 }
 
 impl Fallback {
@@ -102,7 +102,7 @@ impl Fallback {
             .shared_dir
             .as_ref()
             .and_then(|d| std::fs::canonicalize(d).ok())
-            .map(|d| crate::settings::config_state(opt, &d));
+            .map(|d| crate::settings::from_options(opt, &d));
         Fallback { empty, config }
     }
 }
@@ -430,7 +430,7 @@ fn refuse_requests(opt: &Opt, fallback: Fallback, cp: &Checkpoint) -> Result<(),
     crate::sandbox::seccomp(opt.seccomp, crate::sandbox::Profile::Refusing)?;
     let mut st = virtio_fs_ext::state::DaemonState::decode(&cp.blob)?;
     st.check(cp.fds.len())?;
-    st.config = crate::trust::check_settings(&own, &st.config, None, None)
+    st.settings = crate::trust::check_settings(&own, &st.settings, None, None)
         .map_err(crate::upgrade::UpgradeError::Settings)
         .map_err(crate::daemon::SetupError::from)?;
     let mut fds: Vec<Option<OwnedFd>> = cp.fds.iter().map(|f| f.try_clone().ok()).collect();
@@ -439,10 +439,10 @@ fn refuse_requests(opt: &Opt, fallback: Fallback, cp: &Checkpoint) -> Result<(),
             .and_then(Option::take)
             .ok_or_else(|| std::io::Error::other(format!("descriptor {i}")))
     };
-    let fs = xvfs_fs::PassthroughFs::at(crate::settings::fs_config(&st.config, 1)?, dir);
+    let fs = xvfs_fs::PassthroughFs::at(crate::settings::fs_config(&st.settings, 1)?, dir);
     let server = std::sync::Arc::new(crate::FsServer::new(fs));
     server.refuse_all(libc::EIO);
-    let cfg = crate::settings::device_config(&st.config, Duration::ZERO);
+    let cfg = crate::settings::device_config(&st.settings, Duration::ZERO);
     let mut dev = Device::import(cfg, server, &st.device, &mut take, true)?;
     let conn_fd = take(st.vhost_socket_fd).map_err(|_| RefuseError::Fd(st.vhost_socket_fd))?;
     let mut conn = Connection::from_fd(conn_fd);

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The daemon's settings: the command line as plain state ([`ConfigState`],
-//! what a live upgrade or a crash restart hands on), and the configuration
-//! of each component derived from that state.
+//! The daemon's settings: the command line parsed once into typed
+//! [`Settings`] (what a live upgrade or a crash restart hands on), and the
+//! configuration of each component derived from them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use log::info;
-use virtio_fs_ext::state::ConfigState;
+use virtio_fs_ext::settings::{Operations, Security, Serving, Settings};
 use xvfs_fs::passthrough::XattrMap;
 use xvfs_fs::Config;
 
@@ -18,49 +18,56 @@ use crate::queue::PollConfig;
 use crate::sys;
 use crate::vhost_user::DeviceConfig;
 
-/// The settings a daemon runs with, from its command line (what a live
-/// upgrade hands on).
-pub(crate) fn config_state(opt: &Opt, shared_dir: &Path) -> ConfigState {
-    ConfigState {
-        shared_dir: shared_dir.display().to_string(),
-        cache: opt.cache,
-        xattr: opt.xattr,
-        readonly: opt.readonly,
-        writeback: opt.writeback,
-        allow_direct_io: opt.allow_direct_io,
-        readdirplus: !opt.no_readdirplus,
-        sandbox: opt.sandbox,
-        seccomp: opt.seccomp,
-        queues: opt.queues,
-        poll_mode: opt.poll,
-        poll_us: opt
-            .poll_us
-            .unwrap_or(if sys::online_cpus() <= 2 { 0 } else { 50 }),
-        poll_cpu_max: opt.poll_cpu_max,
-        syslog: opt.syslog,
-        preserve_noatime: opt.preserve_noatime,
-        queue_cpus: opt.queue_cpus.iter().map(|&c| c as u32).collect(),
-        metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
-        log_level: opt.log_level,
-        socket_path: opt.socket_path.as_ref().map(|p| p.display().to_string()),
-        migration_mode: opt.migration_mode,
-        migration_on_error: opt.migration_on_error,
-        migration_verify_handles: opt.migration_verify_handles,
-        migration_confirm_paths: opt.migration_confirm_paths,
-        xattrmap: opt.xattrmap.clone(),
-        no_device_nodes: opt.no_device_nodes,
-        no_setid: opt.no_setid,
-        killpriv_v2: opt.killpriv_v2,
-        allow_mmap: opt.allow_mmap,
-        announce_submounts: opt.announce_submounts,
-        translate_uid: opt.translate_uid.clone(),
-        translate_gid: opt.translate_gid.clone(),
-        posix_acl: opt.posix_acl.unwrap_or(Negotiation::Never),
-        security_label: opt.security_label.unwrap_or(Negotiation::Never),
-        posix_lock: opt.posix_lock,
-        flock: opt.flock,
-        inode_file_handles: opt.file_handles(),
-        tag: opt.tag.clone(),
+/// The settings a daemon runs with, parsed once from its command line
+/// (what a live upgrade or a crash restart hands on).
+pub(crate) fn from_options(opt: &Opt, shared_dir: &Path) -> Settings {
+    Settings {
+        security: Security {
+            shared_dir: shared_dir.display().to_string(),
+            sandbox: opt.sandbox,
+            seccomp: opt.seccomp,
+            readonly: opt.readonly,
+            xattr: opt.xattr,
+            xattrmap: opt.xattrmap.clone(),
+            writeback: opt.writeback,
+            preserve_noatime: opt.preserve_noatime,
+            no_device_nodes: opt.no_device_nodes,
+            no_setid: opt.no_setid,
+            killpriv_v2: opt.killpriv_v2,
+            allow_mmap: opt.allow_mmap,
+            announce_submounts: opt.announce_submounts,
+            translate_uid: opt.translate_uid.clone(),
+            translate_gid: opt.translate_gid.clone(),
+            posix_acl: opt.posix_acl.unwrap_or(Negotiation::Never),
+            security_label: opt.security_label.unwrap_or(Negotiation::Never),
+            posix_lock: opt.posix_lock,
+            flock: opt.flock,
+            inode_file_handles: opt.file_handles(),
+            migration_mode: opt.migration_mode,
+            migration_on_error: opt.migration_on_error,
+            migration_verify_handles: opt.migration_verify_handles,
+            migration_confirm_paths: opt.migration_confirm_paths,
+            tag: opt.tag.clone(),
+        },
+        serving: Serving {
+            cache: opt.cache,
+            allow_direct_io: opt.allow_direct_io,
+            readdirplus: !opt.no_readdirplus,
+            queues: opt.queues,
+            poll_mode: opt.poll,
+            poll_us: opt
+                .poll_us
+                .unwrap_or(if sys::online_cpus() <= 2 { 0 } else { 50 }),
+            poll_cpu_max: opt.poll_cpu_max,
+            queue_cpus: opt.queue_cpus.iter().map(|&c| c as u32).collect(),
+            log_level: opt.log_level,
+        },
+        operations: Operations {
+            socket_path: opt.socket_path.as_ref().map(|p| p.display().to_string()),
+            metrics_file: opt.metrics_file.as_ref().map(|p| p.display().to_string()),
+            syslog: opt.syslog,
+            crash_restart_keep: opt.crash_restart_keep,
+        },
     }
 }
 
@@ -83,19 +90,20 @@ pub(crate) fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, Se
     }
 }
 
-pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, SetupError> {
+pub(crate) fn fs_config(s: &Settings, max_open: usize) -> Result<Config, SetupError> {
+    let (c, srv) = (&s.security, &s.serving);
     let xattrmap = c.xattrmap.as_deref().map(XattrMap::parse).transpose()?;
     if xattrmap.as_ref().is_some_and(XattrMap::remaps_capability) {
         return Err(SetupError::CapabilityRemapped);
     }
     Ok(Config {
         root_dir: PathBuf::from(&c.shared_dir),
-        cache: c.cache.into(),
+        cache: srv.cache.into(),
         xattr: c.xattr,
         readonly: c.readonly,
         writeback: c.writeback,
-        allow_direct_io: c.allow_direct_io,
-        readdirplus: c.readdirplus,
+        allow_direct_io: srv.allow_direct_io,
+        readdirplus: srv.readdirplus,
         preserve_noatime: c.preserve_noatime,
         max_open,
         xattrmap,
@@ -115,7 +123,8 @@ pub(crate) fn fs_config(c: &ConfigState, max_open: usize) -> Result<Config, Setu
 }
 
 /// The device settings: queues, busy-wait (documented in --help), pinning.
-pub(crate) fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfig {
+pub(crate) fn device_config(s: &Settings, wake_cost: Duration) -> DeviceConfig {
+    let (c, sec) = (&s.serving, &s.security);
     let mode = c.poll_mode;
     if mode == PollMode::Never || c.poll_us == 0 {
         info!(
@@ -140,13 +149,13 @@ pub(crate) fn device_config(c: &ConfigState, wake_cost: Duration) -> DeviceConfi
         },
         queue_cpus: c.queue_cpus.iter().map(|&c| c as usize).collect(),
         migration: MigrationConfig {
-            mode: c.migration_mode,
-            on_error: c.migration_on_error,
-            verify_handles: c.migration_verify_handles,
-            confirm_paths: c.migration_confirm_paths,
+            mode: sec.migration_mode,
+            on_error: sec.migration_on_error,
+            verify_handles: sec.migration_verify_handles,
+            confirm_paths: sec.migration_confirm_paths,
         },
         journal: None,
-        tag: c.tag.clone(),
+        tag: sec.tag.clone(),
     }
 }
 
@@ -155,19 +164,27 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    /// `ConfigState::default()` is the command line's defaults: fixtures
+    /// `Settings::default()` is the command line's defaults: fixtures
     /// built from it mean what a daemon started without options runs with.
     #[test]
     fn the_default_settings_are_the_command_lines() {
         let mut opt = Opt::try_parse_from(["xvirtiofsd", "--shared-dir=/s", "--socket-path=/x"])
             .expect("parse");
         opt.resolve().expect("resolve");
-        let got = config_state(&opt, Path::new("/s"));
-        let want = ConfigState {
-            shared_dir: "/s".into(),
-            socket_path: Some("/x".into()),
-            poll_us: got.poll_us,
-            ..Default::default()
+        let got = from_options(&opt, Path::new("/s"));
+        let want = Settings {
+            security: Security {
+                shared_dir: "/s".into(),
+                ..Default::default()
+            },
+            serving: Serving {
+                poll_us: got.serving.poll_us,
+                ..Default::default()
+            },
+            operations: Operations {
+                socket_path: Some("/x".into()),
+                ..Default::default()
+            },
         };
         assert_eq!(got, want);
     }

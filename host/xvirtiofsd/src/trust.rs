@@ -4,61 +4,39 @@
 //! The peer on the control socket is checked first (`sys::peer_trusted`), but
 //! even a trusted peer may be a compromised predecessor: a sandboxed daemon
 //! must not be able to start an unsandboxed successor serving `/`. So the
-//! successor's settings come from its own command line, and every field of
-//! [`ConfigState`] must equal the predecessor's, except the few listed in
-//! [`SERVING`], which only shape how the same share is served (cache mode,
-//! queues, polling, log level) and come from the state. A difference refuses
-//! the handover (the predecessor keeps serving).
+//! successor's settings come from its own command line: the security and
+//! operations parts of [`Settings`] must equal the predecessor's, each
+//! compared as a whole (derived equality); only the serving part (cache
+//! mode, queues, polling, log level: how fast or how verbosely the same
+//! files are served) comes from the state. A difference refuses the
+//! handover (the predecessor keeps serving), naming every field.
 //!
-//! The rule is the other way round from a list of security fields on
-//! purpose: a field added to [`ConfigState`] later is compared until
-//! someone decides, by adding it to [`SERVING`], that the predecessor may
-//! choose it.
+//! A field added later to a part is compared with the rest of its part;
+//! putting it in [`virtio_fs_ext::settings::Serving`] is the only way to
+//! let a predecessor choose it.
 //!
 //! The capabilities (`--modcaps`) are not part of the state: the successor
 //! always takes them from its own command line, and `xvirtiofsd upgrade`
 //! compares that command line with the first start's (see
 //! [`check_options`] and [`crate::record`]).
 
+use serde::Serialize;
 use serde_json::{Map, Value};
-use virtio_fs_ext::state::ConfigState;
+use virtio_fs_ext::settings::Settings;
 
 use crate::cli::Opt;
 
-/// The fields of [`ConfigState`] (by their serialized names) a successor
-/// takes from its predecessor's state, whatever its own command line says:
-/// they change how fast or how verbosely the same files are served, never
-/// which files, as whom, with which rights, or where the daemon writes.
-///
-/// Every other field must be equal. Adding a name here is the only way to
-/// let a field differ; when in doubt a field is security-relevant and stays
-/// out (`writeback` changes open flags, `syslog` where the audit trail
-/// goes, the `migration_*` checks what a destination trusts, `tag` the
-/// device's identity).
-pub const SERVING: &[&str] = &[
-    "cache",
-    "allow_direct_io",
-    "readdirplus",
-    "queues",
-    "poll_mode",
-    "poll_us",
-    "poll_cpu_max",
-    "queue_cpus",
-    "log_level",
-];
-
 /// The settings of the successor: `own` (from its command line) with the
-/// [`SERVING`] fields of `received`, provided every other field of
-/// `received` equals `own`'s. `own_control` is the successor's
-/// `--control`, if given, checked against `received_control`. The error
-/// names every difference.
+/// serving part of `received`, provided the other parts of `received`
+/// equal `own`'s. `own_control` is the successor's `--control`, if given,
+/// checked against `received_control`. The error names every difference.
 pub fn check_settings(
-    own: &ConfigState,
-    received: &ConfigState,
+    own: &Settings,
+    received: &Settings,
     own_control: Option<&str>,
     received_control: Option<&str>,
-) -> Result<ConfigState, String> {
-    let (merged, diffs) =
+) -> Result<Settings, String> {
+    let diffs =
         differences(own, received).map_err(|e| format!("the settings cannot be compared: {e}"))?;
     let mut diffs: Vec<String> = diffs
         .iter()
@@ -71,7 +49,11 @@ pub fn check_settings(
         }
     }
     if diffs.is_empty() {
-        Ok(merged)
+        Ok(Settings {
+            security: own.security.clone(),
+            serving: received.serving.clone(),
+            operations: own.operations.clone(),
+        })
     } else {
         Err(diffs.join("; "))
     }
@@ -88,25 +70,24 @@ struct Difference {
     mine: Value,
 }
 
-/// `own` with the [`SERVING`] fields of `received`, and every field on
-/// which the two then still differ. The decision is the derived equality
-/// of the whole structure; the names come from its serialized fields.
-fn differences(
-    own: &ConfigState,
-    received: &ConfigState,
-) -> Result<(ConfigState, Vec<Difference>), serde_json::Error> {
-    let mut mine = fields(own)?;
-    let theirs = fields(received)?;
-    for &key in SERVING {
-        if let Some(v) = theirs.get(key) {
-            mine.insert(key.to_string(), v.clone());
-        }
+/// Every field of the security and operations parts on which `own` and
+/// `received` differ. The decision is the derived equality of each part;
+/// the names come from its serialized fields.
+fn differences(own: &Settings, received: &Settings) -> Result<Vec<Difference>, serde_json::Error> {
+    let mut diffs = Vec::new();
+    if own.security != received.security {
+        diffs.extend(named(&own.security, &received.security)?);
     }
-    let merged: ConfigState = serde_json::from_value(Value::Object(mine.clone()))?;
-    if merged == *received {
-        return Ok((merged, Vec::new()));
+    if own.operations != received.operations {
+        diffs.extend(named(&own.operations, &received.operations)?);
     }
-    let mut diffs: Vec<Difference> = mine
+    Ok(diffs)
+}
+
+/// The fields of one part on which `mine` and `theirs` differ.
+fn named<T: Serialize>(mine: &T, theirs: &T) -> Result<Vec<Difference>, serde_json::Error> {
+    let theirs = fields(theirs)?;
+    let mut diffs: Vec<Difference> = fields(mine)?
         .into_iter()
         .filter_map(|(k, v)| {
             let t = theirs.get(k.as_str()).cloned().unwrap_or(Value::Null);
@@ -125,11 +106,11 @@ fn differences(
             mine: Value::Null,
         });
     }
-    Ok((merged, diffs))
+    Ok(diffs)
 }
 
 /// The fields of `c` by name.
-fn fields(c: &ConfigState) -> Result<Map<String, Value>, serde_json::Error> {
+fn fields<T: Serialize>(c: &T) -> Result<Map<String, Value>, serde_json::Error> {
     serde_json::from_value(serde_json::to_value(c)?)
 }
 
@@ -158,9 +139,9 @@ pub fn check_options(first: &Opt, successor: &Opt) -> Result<(), String> {
     let state = |o: &Opt| {
         let dir = o.shared_dir.clone().unwrap_or_default();
         let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-        crate::settings::config_state(o, &dir)
+        crate::settings::from_options(o, &dir)
     };
-    let (_, diffs) = differences(&state(successor), &state(first))
+    let diffs = differences(&state(successor), &state(first))
         .map_err(|e| format!("the settings cannot be compared: {e}"))?;
     let mut diffs: Vec<String> = diffs
         .iter()
@@ -192,85 +173,103 @@ mod tests {
     use super::*;
     use clap::Parser;
     use virtio_fs_ext::config::{
-        CacheMode, FileHandles, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode,
-        SandboxMode, SeccompAction,
+        CacheMode, CrashRestartKeep, FileHandles, LogLevel, MigrationMode, MigrationOnError,
+        Negotiation, PollMode, SandboxMode, SeccompAction,
     };
+    use virtio_fs_ext::settings::{Operations, Security, Serving};
 
-    fn cfg() -> ConfigState {
-        ConfigState {
-            shared_dir: "/srv/share".into(),
-            queues: 1,
-            poll_mode: PollMode::Never,
-            socket_path: Some("/run/vfs.sock".into()),
-            ..Default::default()
+    fn cfg() -> Settings {
+        Settings {
+            security: Security {
+                shared_dir: "/srv/share".into(),
+                ..Default::default()
+            },
+            serving: Serving {
+                queues: 1,
+                poll_mode: PollMode::Never,
+                ..Default::default()
+            },
+            operations: Operations {
+                socket_path: Some("/run/vfs.sock".into()),
+                ..Default::default()
+            },
         }
     }
 
     /// [`cfg`] with every field changed.
-    fn other() -> ConfigState {
-        ConfigState {
-            shared_dir: "/".into(),
-            cache: CacheMode::Always,
-            xattr: true,
-            readonly: true,
-            writeback: true,
-            allow_direct_io: true,
-            readdirplus: false,
-            sandbox: SandboxMode::None,
-            seccomp: SeccompAction::None,
-            queues: 8,
-            poll_mode: PollMode::Adaptive,
-            poll_us: 9,
-            poll_cpu_max: 5,
-            syslog: true,
-            preserve_noatime: true,
-            queue_cpus: vec![1],
-            metrics_file: Some("/etc/x".into()),
-            log_level: LogLevel::Debug,
-            socket_path: None,
-            migration_mode: MigrationMode::FileHandles,
-            migration_on_error: MigrationOnError::GuestError,
-            migration_verify_handles: true,
-            migration_confirm_paths: true,
-            xattrmap: Some(":ok:all:::".into()),
-            no_device_nodes: true,
-            no_setid: true,
-            killpriv_v2: true,
-            allow_mmap: true,
-            announce_submounts: true,
-            translate_uid: vec!["squash-host:0:1000:1".into()],
-            translate_gid: vec!["squash-host:0:1000:1".into()],
-            posix_acl: Negotiation::Always,
-            security_label: Negotiation::Always,
-            posix_lock: true,
-            flock: true,
-            inode_file_handles: FileHandles::Mandatory,
-            tag: Some("t".into()),
+    fn other() -> Settings {
+        Settings {
+            security: Security {
+                shared_dir: "/".into(),
+                sandbox: SandboxMode::None,
+                seccomp: SeccompAction::None,
+                readonly: true,
+                xattr: true,
+                xattrmap: Some(":ok:all:::".into()),
+                writeback: true,
+                preserve_noatime: true,
+                no_device_nodes: true,
+                no_setid: true,
+                killpriv_v2: true,
+                allow_mmap: true,
+                announce_submounts: true,
+                translate_uid: vec!["squash-host:0:1000:1".into()],
+                translate_gid: vec!["squash-host:0:1000:1".into()],
+                posix_acl: Negotiation::Always,
+                security_label: Negotiation::Always,
+                posix_lock: true,
+                flock: true,
+                inode_file_handles: FileHandles::Mandatory,
+                migration_mode: MigrationMode::FileHandles,
+                migration_on_error: MigrationOnError::GuestError,
+                migration_verify_handles: true,
+                migration_confirm_paths: true,
+                tag: Some("t".into()),
+            },
+            serving: Serving {
+                cache: CacheMode::Always,
+                allow_direct_io: true,
+                readdirplus: false,
+                queues: 8,
+                poll_mode: PollMode::Adaptive,
+                poll_us: 9,
+                poll_cpu_max: 5,
+                queue_cpus: vec![1],
+                log_level: LogLevel::Debug,
+            },
+            operations: Operations {
+                socket_path: None,
+                metrics_file: Some("/etc/x".into()),
+                syslog: true,
+                crash_restart_keep: CrashRestartKeep::All,
+            },
         }
     }
 
     #[test]
     fn equal_settings_pass_and_others_come_from_the_state() {
         let mut received = cfg();
-        received.cache = CacheMode::Never;
-        received.queues = 4;
+        received.serving.cache = CacheMode::Never;
+        received.serving.queues = 4;
         let got = check_settings(&cfg(), &received, None, Some("/x")).unwrap();
         assert_eq!(got, received);
     }
 
     #[test]
     fn every_security_setting_must_match() {
-        type Spoil = fn(&mut ConfigState);
+        type Spoil = fn(&mut Settings);
         let cases: Vec<(&str, Spoil)> = vec![
-            ("shared directory", |c| c.shared_dir = "/".into()),
-            ("sandbox", |c| c.sandbox = SandboxMode::None),
-            ("seccomp", |c| c.seccomp = SeccompAction::None),
-            ("readonly", |c| c.readonly = true),
-            ("xattr", |c| c.xattr = true),
-            ("metrics file", |c| c.metrics_file = Some("/etc/x".into())),
-            ("socket path", |c| c.socket_path = None),
-            ("--no-setid", |c| c.no_setid = true),
-            ("--killpriv-v2", |c| c.killpriv_v2 = true),
+            ("shared directory", |c| c.security.shared_dir = "/".into()),
+            ("sandbox", |c| c.security.sandbox = SandboxMode::None),
+            ("seccomp", |c| c.security.seccomp = SeccompAction::None),
+            ("readonly", |c| c.security.readonly = true),
+            ("xattr", |c| c.security.xattr = true),
+            ("metrics file", |c| {
+                c.operations.metrics_file = Some("/etc/x".into())
+            }),
+            ("socket path", |c| c.operations.socket_path = None),
+            ("--no-setid", |c| c.security.no_setid = true),
+            ("--killpriv-v2", |c| c.security.killpriv_v2 = true),
         ];
         for (what, spoil) in cases {
             let mut received = cfg();
@@ -287,43 +286,60 @@ mod tests {
     /// widens one alone is refused, named, with both values.
     #[test]
     fn formerly_unchecked_fields_are_refused_when_widened() {
-        type Spoil = fn(&mut ConfigState);
+        type Spoil = fn(&mut Settings);
         let cases: Vec<(&str, Spoil)> = vec![
             (r#"--security-label is "Always", not "Never""#, |c| {
-                c.security_label = Negotiation::Always
+                c.security.security_label = Negotiation::Always
             }),
             (r#"--posix-acl is "Auto""#, |c| {
-                c.posix_acl = Negotiation::Auto
+                c.security.posix_acl = Negotiation::Auto
             }),
-            ("-o posix_lock is true, not false", |c| c.posix_lock = true),
-            ("-o flock is true", |c| c.flock = true),
-            ("--allow-mmap is true", |c| c.allow_mmap = true),
+            ("-o posix_lock is true, not false", |c| {
+                c.security.posix_lock = true
+            }),
+            ("-o flock is true", |c| c.security.flock = true),
+            ("--allow-mmap is true", |c| c.security.allow_mmap = true),
             ("--announce-submounts is true", |c| {
-                c.announce_submounts = true
+                c.security.announce_submounts = true
             }),
-            ("--preserve-noatime is true", |c| c.preserve_noatime = true),
-            ("--writeback is true", |c| c.writeback = true),
-            ("--syslog is true, not false", |c| c.syslog = true),
-            ("--no-device-nodes", |c| c.no_device_nodes = true),
-            ("xattr map", |c| c.xattrmap = Some(":ok:all:::".into())),
-            ("--translate-uid", |c| c.translate_uid = vec!["x".into()]),
-            ("--translate-gid", |c| c.translate_gid = vec!["x".into()]),
+            ("--preserve-noatime is true", |c| {
+                c.security.preserve_noatime = true
+            }),
+            ("--writeback is true", |c| c.security.writeback = true),
+            ("--syslog is true, not false", |c| {
+                c.operations.syslog = true
+            }),
+            (r#"--crash-restart-keep is "All", not "Nameless""#, |c| {
+                c.operations.crash_restart_keep = CrashRestartKeep::All
+            }),
+            ("--no-device-nodes", |c| c.security.no_device_nodes = true),
+            ("xattr map", |c| {
+                c.security.xattrmap = Some(":ok:all:::".into())
+            }),
+            ("--translate-uid", |c| {
+                c.security.translate_uid = vec!["x".into()]
+            }),
+            ("--translate-gid", |c| {
+                c.security.translate_gid = vec!["x".into()]
+            }),
             ("--inode-file-handles", |c| {
-                c.inode_file_handles = FileHandles::Mandatory
+                c.security.inode_file_handles = FileHandles::Mandatory
             }),
             ("--migration-mode", |c| {
-                c.migration_mode = MigrationMode::FileHandles
+                c.security.migration_mode = MigrationMode::FileHandles
             }),
             ("--migration-on-error", |c| {
-                c.migration_on_error = MigrationOnError::GuestError
+                c.security.migration_on_error = MigrationOnError::GuestError
             }),
             ("--migration-verify-handles", |c| {
-                c.migration_verify_handles = true
+                c.security.migration_verify_handles = true
             }),
             ("--migration-confirm-paths", |c| {
-                c.migration_confirm_paths = true
+                c.security.migration_confirm_paths = true
             }),
-            (r#"--tag is "t", not null"#, |c| c.tag = Some("t".into())),
+            (r#"--tag is "t", not null"#, |c| {
+                c.security.tag = Some("t".into())
+            }),
         ];
         for (what, spoil) in cases {
             let mut received = cfg();
@@ -337,10 +353,10 @@ mod tests {
     #[test]
     fn every_difference_is_named() {
         let mut received = cfg();
-        received.sandbox = SandboxMode::None;
-        received.seccomp = SeccompAction::None;
-        received.security_label = Negotiation::Always;
-        received.queues = 4;
+        received.security.sandbox = SandboxMode::None;
+        received.security.seccomp = SeccompAction::None;
+        received.security.security_label = Negotiation::Always;
+        received.serving.queues = 4;
         let e = check_settings(&cfg(), &received, None, None).unwrap_err();
         assert_eq!(e.split("; ").count(), 3, "{e}");
         for name in ["--sandbox", "--seccomp", "--security-label"] {
@@ -348,27 +364,46 @@ mod tests {
         }
     }
 
-    /// A field may differ only if it is in [`SERVING`]: with every field
-    /// changed, exactly the others are refused, and exactly the serving
-    /// ones are taken from the state.
+    /// Only the serving part may differ: with every field changed, exactly
+    /// the fields of the other parts are refused, and a state that differs
+    /// only in its serving part is served with that part.
     #[test]
-    fn only_the_serving_fields_may_differ() {
-        let (mine, theirs) = (fields(&cfg()).unwrap(), fields(&other()).unwrap());
-        assert!(
-            mine.iter().all(|(k, v)| theirs[k] != *v),
-            "other() changes all"
+    fn only_the_serving_part_may_differ() {
+        let (mine, theirs) = (cfg(), other());
+        let count = |a: Map<String, Value>, b: Map<String, Value>| {
+            assert!(a.iter().all(|(k, v)| b[k] != *v), "other() changes all");
+            a.len()
+        };
+        let sec = count(
+            fields(&mine.security).unwrap(),
+            fields(&theirs.security).unwrap(),
         );
-        for key in SERVING {
-            assert!(mine.contains_key(*key), "{key} is not a field");
-        }
-        let (merged, diffs) = differences(&cfg(), &other()).unwrap();
-        assert_eq!(diffs.len(), mine.len() - SERVING.len(), "{diffs:?}");
-        let merged = fields(&merged).unwrap();
-        for (k, v) in &merged {
-            assert_eq!(*v == theirs[k], SERVING.contains(&k.as_str()), "{k}");
-        }
-        let e = check_settings(&cfg(), &other(), None, None).unwrap_err();
-        assert_eq!(e.split("; ").count(), mine.len() - SERVING.len(), "{e}");
+        let ops = count(
+            fields(&mine.operations).unwrap(),
+            fields(&theirs.operations).unwrap(),
+        );
+        count(
+            fields(&mine.serving).unwrap(),
+            fields(&theirs.serving).unwrap(),
+        );
+        let e = check_settings(&mine, &theirs, None, None).unwrap_err();
+        assert_eq!(e.split("; ").count(), sec + ops, "{e}");
+        let mut serving_only = cfg();
+        serving_only.serving = other().serving;
+        assert_eq!(
+            check_settings(&mine, &serving_only, None, None),
+            Ok(serving_only)
+        );
+        let e = check_settings(
+            &mine,
+            &Settings {
+                serving: cfg().serving,
+                ..other()
+            },
+            None,
+            None,
+        );
+        assert_eq!(e.unwrap_err().split("; ").count(), sec + ops);
     }
 
     fn opt(args: &[&str]) -> Opt {

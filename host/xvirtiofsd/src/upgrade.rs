@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use crate::FsServer as Server;
 use log::{info, warn};
 use virtio_fs_ext::handover::{self, HandoverError};
-use virtio_fs_ext::state::{ConfigState, DaemonState, StateError};
+use virtio_fs_ext::settings::Settings;
+use virtio_fs_ext::state::{DaemonState, StateError};
 
 use crate::cli::VERSION;
 use crate::sys;
@@ -60,7 +61,7 @@ pub enum UpgradeError {
 
 /// What the old daemon puts beside its device and file system.
 pub struct Outgoing<'a> {
-    pub config: &'a ConfigState,
+    pub settings: &'a Settings,
     pub started_unix_ms: u64,
     pub upgrades: u32,
     pub control_fd: Option<RawFd>,
@@ -80,26 +81,22 @@ pub fn hand_over(
         .map_err(HandoverError::Io)?;
     let hello = handover::expect(&peer, handover::HELLO, "HELLO")?;
     let successor = handover::text(&hello.payload);
-    // A successor that says which state formats it reads and reads none
-    // this build writes (a rollback too far) is refused before anything
-    // stops: the guest sees no pause at all.
-    let writes = virtio_fs_ext::frame::FORMAT_VERSION;
-    if let Some(reads) = handover::hello_reads_state(&hello.payload) {
-        if !reads.contains(&writes) {
-            let why = format!(
-                "the new daemon reads state formats {}-{}, this daemon writes {writes}",
-                reads.start(),
-                reads.end()
-            );
+    // A successor that says which state formats it reads gets the newest
+    // this build writes among them; one that reads none (a rollback too
+    // far), or whose newest cannot carry this state, is refused before
+    // anything stops: the guest sees no pause at all.
+    let version = match format_for(out.settings, &hello.payload) {
+        Ok(v) => v,
+        Err(why) => {
             let _ = handover::send(&peer, handover::ABORT, why.as_bytes(), &[]);
             warn!("upgrade refused, this daemon keeps serving (no pause): {why} ({successor})");
             return Err(UpgradeError::Incompatible(why));
         }
-    }
+    };
     let started = Instant::now();
-    info!("upgrade: handing over to {successor}");
+    info!("upgrade: handing over to {successor} (state format {version})");
     dev.quiesce();
-    let result = send_everything(out, dev, conn, &peer);
+    let result = send_everything(out, dev, conn, &peer, version);
     match result {
         Ok(()) => {
             info!(
@@ -127,14 +124,44 @@ pub fn hand_over(
     }
 }
 
+/// The state format to write for the successor whose HELLO is `hello`:
+/// the newest this build writes that the successor reads, if it can carry
+/// `settings`. A HELLO that does not say (a build before release 0.2.0)
+/// gets the current format, and the successor checks it.
+fn format_for(settings: &Settings, hello: &[u8]) -> Result<u32, String> {
+    use virtio_fs_ext::frame::{FORMAT_VERSION, MIN_FORMAT_VERSION};
+    let Some(reads) = handover::hello_reads_state(hello) else {
+        return Ok(FORMAT_VERSION);
+    };
+    let Some(version) = (MIN_FORMAT_VERSION..=FORMAT_VERSION)
+        .rev()
+        .find(|v| reads.contains(v))
+    else {
+        return Err(format!(
+            "the new daemon reads state formats {}-{}, this daemon writes {MIN_FORMAT_VERSION}-{FORMAT_VERSION}",
+            reads.start(),
+            reads.end()
+        ));
+    };
+    DaemonState::representable_as(settings, version).map_err(|e| {
+        format!(
+            "the new daemon reads state formats {}-{}: {e}",
+            reads.start(),
+            reads.end()
+        )
+    })?;
+    Ok(version)
+}
+
 fn send_everything(
     out: &Outgoing<'_>,
     dev: &Device,
     conn: &Connection,
     peer: &UnixStream,
+    version: u32,
 ) -> Result<(), UpgradeError> {
     let (state, fds) = daemon_state(out, dev, conn.stream().as_raw_fd(), true);
-    let blob = state.encode()?;
+    let blob = state.encode_as(version)?;
     handover::send_state(peer, &blob, &fds)?;
     handover::expect(peer, handover::READY, "READY")?;
     handover::send(peer, handover::COMMIT, b"", &[])?;
@@ -178,7 +205,7 @@ pub fn daemon_state(
         writer_pid: crate::sandbox::serving_pid(),
         started_unix_ms: out.started_unix_ms,
         upgrades: out.upgrades,
-        config: out.config.clone(),
+        settings: out.settings.clone(),
         vhost_socket_fd: 0,
         control_socket_fd,
         control_path: out.control_path.clone(),

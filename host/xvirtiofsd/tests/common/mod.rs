@@ -28,7 +28,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use virtio_fs_ext::config::{PollMode, SandboxMode, SeccompAction};
-use virtio_fs_ext::state::ConfigState;
+use virtio_fs_ext::settings::{Security, Serving, Settings};
 use xvfs_fs::{CachePolicy, Config, PassthroughFs};
 use xvirtiofsd::control::{self, HandoverSlot, StatusInfo};
 use xvirtiofsd::upgrade::{self, Outgoing};
@@ -510,13 +510,19 @@ pub fn fuse_request(opcode: u32, unique: u64, nodeid: u64, args: &[u8]) -> Vec<u
 }
 
 /// The handed-over settings of the in-process daemons of the upgrade tests.
-pub fn handover_config(dir: &Path) -> ConfigState {
-    ConfigState {
-        shared_dir: dir.display().to_string(),
-        sandbox: SandboxMode::None,
-        seccomp: SeccompAction::None,
-        queues: 1,
-        poll_mode: PollMode::Never,
+pub fn handover_config(dir: &Path) -> Settings {
+    Settings {
+        security: Security {
+            shared_dir: dir.display().to_string(),
+            sandbox: SandboxMode::None,
+            seccomp: SeccompAction::None,
+            ..Default::default()
+        },
+        serving: Serving {
+            queues: 1,
+            poll_mode: PollMode::Never,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -527,7 +533,7 @@ pub fn handover_config(dir: &Path) -> ConfigState {
 /// interrupts the message loop and runs the old side of the handover, which
 /// must fail; the daemon then resumes and keeps serving.
 pub fn serve_refusing_handovers(
-    cfg: ConfigState,
+    cfg: Settings,
     control_path: PathBuf,
     mode: Option<u32>,
 ) -> impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static {
@@ -567,7 +573,7 @@ pub fn serve_refusing_handovers(
                     };
                     let server = Arc::clone(dev.server_arc());
                     let out = Outgoing {
-                        config: &cfg,
+                        settings: &cfg,
                         started_unix_ms: 0,
                         upgrades: 0,
                         control_fd: None,
