@@ -83,16 +83,25 @@ pub fn hello_payload(version: &str, pid: u32) -> String {
     )
 }
 
-/// The state formats a HELLO says its sender reads; None when it does not
-/// say (a build before 0.2.0, or garbage): the sender then checks what it
-/// receives itself.
+/// The state formats a HELLO's sender reads: what it says (`reads-state
+/// A-B`), or for release 0.2.0, which said only `xvirtiofsd 0.2.0 pid N`,
+/// the format that release reads (7). None for anything else (a build
+/// before 0.2.0, or garbage): the sender then checks what it receives
+/// itself.
 pub fn hello_reads_state(payload: &[u8]) -> Option<std::ops::RangeInclusive<u32>> {
     let text = std::str::from_utf8(payload).ok()?;
-    let mut words = text.split_whitespace();
-    words.find(|w| *w == "reads-state")?;
-    let (a, b) = words.next()?.split_once('-')?;
-    let (a, b) = (a.parse().ok()?, b.parse().ok()?);
-    (a <= b).then_some(a..=b)
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if let Some(i) = words.iter().position(|w| *w == "reads-state") {
+        let (a, b) = words.get(i + 1)?.split_once('-')?;
+        let (a, b) = (a.parse().ok()?, b.parse().ok()?);
+        return (a <= b).then_some(a..=b);
+    }
+    match words.as_slice() {
+        ["xvirtiofsd", version, ..] if version.split(['+', '-']).next() == Some("0.2.0") => {
+            Some(7..=7)
+        }
+        _ => None,
+    }
 }
 
 /// Sends one message with `fds` attached.
@@ -254,6 +263,9 @@ mod hello_tests {
         let want = crate::frame::MIN_FORMAT_VERSION..=crate::frame::FORMAT_VERSION;
         assert_eq!(hello_reads_state(p.as_bytes()), Some(want));
         assert_eq!(hello_reads_state(b"xvirtiofsd 0.1.0 pid 7"), None);
+        assert_eq!(hello_reads_state(b"xvirtiofsd 0.2.0 pid 7"), Some(7..=7));
+        assert_eq!(hello_reads_state(b"xvirtiofsd 0.2.0+ci pid 7"), Some(7..=7));
+        assert_eq!(hello_reads_state(b"xvirtiofsd 0.2.1 pid 7"), None);
         assert_eq!(hello_reads_state(b"reads-state 9-3"), None);
         assert_eq!(hello_reads_state(b"reads-state x"), None);
         assert_eq!(hello_reads_state(&[0xff, 0xfe]), None);
