@@ -62,7 +62,8 @@ host_side() {
     workload_wait_started "$share" || { echo "FAILCHECK guest never started"; touch "$share/done"; return; }
     conn0=$(status_field "$ctl" connection)
     # A clock marker for the pause attribution: the serving process stopped
-    # for 400 ms.
+    # for 400 ms, once the stream writes.
+    workload_wait_streaming "$share" || echo "FAILCHECK the steady stream never wrote"
     pid=$(status_field "$ctl" serving_pid)
     sleep 1
     stop=$(date +%s%3N)

@@ -103,6 +103,21 @@ workload_wait_started() {
     return 1
 }
 
+# workload_wait_streaming SHARE: until the steady stream writes (its file
+# changes on the host; fio may take a second or more to start under TCG,
+# after the guest said it started), at most a minute. A clock marker set
+# before it would fall outside the stream.
+workload_wait_streaming() {
+    local i a b
+    for i in $(seq 1 300); do
+        a=$(stat -c %Y.%y "$1/tick.dat" 2>/dev/null || true)
+        sleep 0.2
+        b=$(stat -c %Y.%y "$1/tick.dat" 2>/dev/null || true)
+        [ -n "$a" ] && [ "$a" != "$b" ] && return 0
+    done
+    return 1
+}
+
 # workload_check OUT SHARE WHAT: the guest's results (OUT) and the files the
 # loop left on the host. WHAT names the disruption ("the upgrades").
 workload_check() {
