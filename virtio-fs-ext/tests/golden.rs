@@ -7,6 +7,10 @@
 //! step the version, keep the old sample (and its decoder) for as long as
 //! the compatibility policy says (docs/live-upgrade.md, "Compatibility"),
 //! and bless the new one with `XVFS_BLESS=1 cargo test --test golden`.
+//! From state format 8 on, a step of one part's version is such a step:
+//! the current sample's name then carries each stepped part
+//! (`state-v8-settings.serving2.bin`), so the old sample stays and must
+//! still decode.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -244,19 +248,40 @@ fn migration_stream() -> MigrationStream {
     }
 }
 
+/// The name of the sample of what this build writes: the format, and each
+/// part whose version was stepped.
+fn current_state_sample() -> String {
+    let steps: String = virtio_fs_ext::state::v8::PARTS
+        .iter()
+        .filter(|p| p.version > 1)
+        .map(|p| format!("-{}{}", p.name, p.version))
+        .collect();
+    format!("state-v{}{steps}.bin", frame::FORMAT_VERSION)
+}
+
 #[test]
 fn state_samples_decode_and_the_current_one_is_what_this_build_writes() {
-    check_sample(
-        &format!("state-v{}.bin", frame::FORMAT_VERSION),
-        &state().encode().unwrap(),
-    );
-    for v in frame::MIN_FORMAT_VERSION..=frame::FORMAT_VERSION {
-        let blob = std::fs::read(golden(&format!("state-v{v}.bin")))
-            .unwrap_or_else(|e| panic!("state-v{v}.bin: {e}"));
-        let st = DaemonState::decode(&blob).unwrap_or_else(|e| panic!("state v{v}: {e}"));
-        if v == frame::FORMAT_VERSION {
+    let current = current_state_sample();
+    check_sample(&current, &state().encode().unwrap());
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(golden("")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if !name.starts_with("state-v") {
+            continue;
+        }
+        let blob = std::fs::read(golden(&name)).unwrap();
+        let st = DaemonState::decode(&blob).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if name == current {
             assert_eq!(st, state());
         }
+        seen.push(name);
+    }
+    for v in frame::MIN_FORMAT_VERSION..=frame::FORMAT_VERSION {
+        let prefix = format!("state-v{v}");
+        assert!(
+            seen.iter().any(|n| n.starts_with(&prefix)),
+            "no sample of state format {v}"
+        );
     }
 }
 
