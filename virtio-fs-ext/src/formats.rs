@@ -33,7 +33,7 @@ pub fn all() -> [Format; 3] {
             name: "migration",
             what: "VM migration device state (also reads virtiofsd 1.11-1.14's 1-2)",
             writes: crate::migration::MIGRATION_VERSION,
-            reads: crate::migration::MIGRATION_VERSION..=crate::migration::MIGRATION_VERSION,
+            reads: crate::migration::MIGRATION_READS,
         },
         Format {
             name: "journal",

@@ -13,6 +13,8 @@
 //!   pass the state and its file descriptors (SCM_RIGHTS, in batches);
 //! - [`migration`]: the device state QEMU carries for a VM live migration
 //!   (ours, and virtiofsd's, which a destination accepts);
+//! - [`parts`]: payloads made of parts, each with its own version (state
+//!   format 8, migration format 3);
 //! - [`formats`]: the version each encoded format is written in and the
 //!   versions read.
 //!
@@ -24,5 +26,6 @@ pub mod formats;
 pub mod frame;
 pub mod handover;
 pub mod migration;
+pub mod parts;
 pub mod settings;
 pub mod state;

@@ -20,14 +20,39 @@ use xvfs_fs::passthrough::state::MigrationFs;
 use xvfs_fs::SessionState;
 
 use crate::frame::{self, FrameError};
+use crate::parts::{self, PartError, PartKind};
 
 pub mod virtiofsd;
 
 /// Magic of our migration stream.
 pub const MIGRATION_MAGIC: &[u8; 8] = b"XVFSMIGR";
-/// The version this build writes and the only one it reads (1: builds
-/// before release 0.2.0; 2: release 0.2.0, pinned by a golden sample).
+/// The version this build writes (1: builds before release 0.2.0; 2:
+/// release 0.2.0 and 0.3.0; 3: a list of parts, each with its own version,
+/// read from 0.4.0 on and written from the release after it: a source
+/// cannot ask what its destination reads, so a new format is read one
+/// release before it is written). Each is pinned by a golden sample.
 pub const MIGRATION_VERSION: u32 = 2;
+/// The versions this build reads.
+pub const MIGRATION_READS: std::ops::RangeInclusive<u32> = 2..=3;
+
+/// The parts of version 3 (see [`crate::parts`]).
+pub const PARTS_V3: &[PartKind] = &[
+    PartKind {
+        id: 1,
+        name: "writer",
+        version: 1,
+    },
+    PartKind {
+        id: 2,
+        name: "session",
+        version: 1,
+    },
+    PartKind {
+        id: 3,
+        name: "fs",
+        version: 1,
+    },
+];
 
 /// Everything the destination needs, as of [`MIGRATION_VERSION`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,9 +85,13 @@ pub enum MigrationError {
     #[error("migration stream envelope")]
     Frame(#[from] FrameError),
     #[error(
-        "migration stream version {0} is not supported (this build reads version {MIGRATION_VERSION})"
+        "migration stream version {0} is not supported (this build reads versions {first} to {last})",
+        first = MIGRATION_READS.start(),
+        last = MIGRATION_READS.end()
     )]
     Version(u32),
+    #[error("migration stream part")]
+    Part(#[from] PartError),
     #[error(
         "migration stream does not decode (a value this build does not know, or a truncated field)"
     )]
@@ -74,32 +103,52 @@ pub enum MigrationError {
 }
 
 impl MigrationStream {
-    /// Serializes into our framed format.
+    /// Serializes into our framed format, version [`MIGRATION_VERSION`].
     pub fn encode(&self) -> Result<Vec<u8>, MigrationError> {
-        let payload = postcard::to_stdvec(self)?;
-        Ok(frame::encode_with(
-            MIGRATION_MAGIC,
-            MIGRATION_VERSION,
-            &payload,
-        ))
+        self.encode_as(MIGRATION_VERSION)
+    }
+
+    /// Serializes as `version` (one of [`MIGRATION_READS`]).
+    pub fn encode_as(&self, version: u32) -> Result<Vec<u8>, MigrationError> {
+        let payload = match version {
+            2 => postcard::to_stdvec(self)?,
+            3 => parts::encode(&[
+                parts::part(PARTS_V3[0], &self.writer_version)?,
+                parts::part(PARTS_V3[1], &self.session)?,
+                parts::part(PARTS_V3[2], &self.fs)?,
+            ])?,
+            other => return Err(MigrationError::Version(other)),
+        };
+        Ok(frame::encode_with(MIGRATION_MAGIC, version, &payload))
     }
 }
 
 /// Decodes a received stream: ours (by its magic, version checked), else
 /// virtiofsd's.
 pub fn decode(blob: &[u8]) -> Result<Received, MigrationError> {
-    if blob.starts_with(MIGRATION_MAGIC) {
-        let (version, payload) = frame::decode_with(MIGRATION_MAGIC, blob, 0..=u32::MAX)?;
-        if version != MIGRATION_VERSION {
-            return Err(MigrationError::Version(version));
-        }
-        let (stream, rest) = postcard::take_from_bytes(payload)?;
-        if !rest.is_empty() {
-            return Err(MigrationError::Trailing(rest.len()));
-        }
-        return Ok(Received::Ours(stream));
+    if !blob.starts_with(MIGRATION_MAGIC) {
+        return virtiofsd::decode(blob).ok_or(MigrationError::Unknown(blob.len()));
     }
-    virtiofsd::decode(blob).ok_or(MigrationError::Unknown(blob.len()))
+    let (version, payload) = frame::decode_with(MIGRATION_MAGIC, blob, 0..=u32::MAX)?;
+    let stream = match version {
+        2 => {
+            let (stream, rest) = postcard::take_from_bytes(payload)?;
+            if !rest.is_empty() {
+                return Err(MigrationError::Trailing(rest.len()));
+            }
+            stream
+        }
+        3 => {
+            let p = parts::decode(payload, PARTS_V3)?;
+            MigrationStream {
+                writer_version: p.take(0)?,
+                session: p.take(1)?,
+                fs: p.take(2)?,
+            }
+        }
+        other => return Err(MigrationError::Version(other)),
+    };
+    Ok(Received::Ours(stream))
 }
 
 #[cfg(test)]
@@ -154,23 +203,49 @@ mod tests {
     }
 
     #[test]
-    fn round_trip() {
-        let blob = sample().encode().unwrap();
-        assert_eq!(decode(&blob).unwrap(), Received::Ours(sample()));
+    fn round_trip_in_every_version_read() {
+        for v in MIGRATION_READS {
+            let blob = sample().encode_as(v).unwrap();
+            assert_eq!(
+                decode(&blob).unwrap(),
+                Received::Ours(sample()),
+                "version {v}"
+            );
+        }
+        assert!(MIGRATION_READS.contains(&MIGRATION_VERSION));
     }
 
     #[test]
     fn another_version_is_refused_with_its_number() {
+        let newer = MIGRATION_READS.end() + 1;
         let payload = postcard::to_stdvec(&sample()).unwrap();
-        let blob = frame::encode_with(MIGRATION_MAGIC, MIGRATION_VERSION + 1, &payload);
+        let blob = frame::encode_with(MIGRATION_MAGIC, newer, &payload);
         let err = decode(&blob).unwrap_err();
-        assert!(matches!(err, MigrationError::Version(v) if v == MIGRATION_VERSION + 1));
+        assert!(matches!(err, MigrationError::Version(v) if v == newer));
+        assert_eq!(
+            err.to_string(),
+            format!("migration stream version {newer} is not supported (this build reads versions 2 to 3)")
+        );
+    }
+
+    #[test]
+    fn a_part_of_version_3_is_checked_on_its_own() {
+        let blob = sample().encode_as(3).unwrap();
+        let (_, payload) = frame::decode_with(MIGRATION_MAGIC, &blob, 3..=3).unwrap();
+        let mut list: Vec<parts::Part> = postcard::from_bytes(payload).unwrap();
+        list[2].version = 2;
+        let spoilt = frame::encode_with(MIGRATION_MAGIC, 3, &parts::encode(&list).unwrap());
+        let err = decode(&spoilt).unwrap_err();
         assert!(
-            err.to_string().contains(&format!(
-                "version {} is not supported",
-                MIGRATION_VERSION + 1
-            )),
-            "{err}"
+            matches!(
+                err,
+                MigrationError::Part(PartError::Version {
+                    name: "fs",
+                    version: 2,
+                    reads: 1
+                })
+            ),
+            "{err:?}"
         );
     }
 

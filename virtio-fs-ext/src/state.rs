@@ -113,22 +113,8 @@ pub enum StateError {
     FdIndex { index: u32, count: usize },
     #[error("state is inconsistent: {0}")]
     Invalid(String),
-    #[error("state part {name} version {version} is not supported (this build reads {reads})")]
-    PartVersion {
-        name: &'static str,
-        version: u16,
-        reads: u16,
-    },
-    #[error("state part {0} is unknown to this build and not optional")]
-    UnknownPart(u16),
-    #[error("state part {0} is missing")]
-    MissingPart(&'static str),
-    #[error("state part {name} does not decode")]
-    PartDecode {
-        name: &'static str,
-        #[source]
-        source: postcard::Error,
-    },
+    #[error("state part")]
+    Part(#[from] crate::parts::PartError),
     #[error("state format {version} cannot carry this state: {why}")]
     Unrepresentable { version: u32, why: String },
     #[error("this build cannot write state format {0} (it writes {MIN_WRITE}-{FORMAT_VERSION})", FORMAT_VERSION = frame::FORMAT_VERSION, MIN_WRITE = frame::MIN_FORMAT_VERSION)]
@@ -235,6 +221,7 @@ impl DaemonState {
 pub(crate) mod tests {
     use super::*;
     use crate::config::{CacheMode, CrashRestartKeep};
+    use crate::parts::PartError;
     use crate::settings::{Operations, Security, Serving};
     use xvfs_fs::passthrough::state::FsState;
 
@@ -344,11 +331,23 @@ pub(crate) mod tests {
             let p = frame::decode(&blob).expect("frame").1;
             let short =
                 DaemonState::decode(&frame::encode(v, &p[..p.len() - 1])).expect_err("truncated");
-            assert!(matches!(short, StateError::Decode(_)), "{v}: {short:?}");
+            assert!(
+                matches!(
+                    short,
+                    StateError::Decode(_) | StateError::Part(PartError::List(_))
+                ),
+                "{v}: {short:?}"
+            );
             let mut long = p.to_vec();
             long.push(0);
             let long = DaemonState::decode(&frame::encode(v, &long)).expect_err("trailing byte");
-            assert!(matches!(long, StateError::Trailing(1)), "{v}: {long:?}");
+            assert!(
+                matches!(
+                    long,
+                    StateError::Trailing(1) | StateError::Part(PartError::ListTrailing(1))
+                ),
+                "{v}: {long:?}"
+            );
         }
     }
 }

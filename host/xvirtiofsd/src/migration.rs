@@ -91,7 +91,7 @@ pub fn save(server: &Server, cfg: &MigrationConfig) -> Result<Vec<u8>, Migration
 #[cfg(feature = "fault-injection")]
 fn fault(mut blob: Vec<u8>) -> Vec<u8> {
     if std::env::var("XVFS_MIGRATION_FAULT").as_deref() == Ok("newer-format") && blob.len() >= 12 {
-        let newer = migration::MIGRATION_VERSION + 1;
+        let newer = migration::MIGRATION_READS.end() + 1;
         blob[8..12].copy_from_slice(&newer.to_le_bytes());
     }
     blob

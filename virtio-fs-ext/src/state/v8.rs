@@ -1,30 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-//! State format 8 (release 0.3.0): a list of parts, each with its own
-//! version and length, so that each can evolve on its own.
-//!
-//! ```text
-//! payload = postcard Vec<Part>
-//! Part    = { id: u16, version: u16, optional: bool, bytes: Vec<u8> }
-//! ```
-//!
-//! A known part must come in the version this build reads and use all of
-//! its bytes; an unknown part is skipped when marked optional (something a
-//! reader may ignore) and refused otherwise; every part this build needs
-//! must be there, once. A later part version adds a decoder here and keeps
-//! the old one for as long as the compatibility policy says.
+//! State format 8 (release 0.3.0): a list of parts ([`crate::parts`]),
+//! each with its own version and length, so that each can evolve on its
+//! own.
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{DaemonState, StateError};
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Part {
-    id: u16,
-    version: u16,
-    optional: bool,
-    bytes: Vec<u8>,
-}
+use crate::parts::{self, part, PartKind};
 
 const WRITER: usize = 0;
 const SECURITY: usize = 1;
@@ -35,17 +17,8 @@ const DEVICE: usize = 5;
 const FS: usize = 6;
 const SESSION: usize = 7;
 
-/// One kind of part.
-#[derive(Debug, Clone, Copy)]
-pub struct PartKind {
-    pub id: u16,
-    pub name: &'static str,
-    /// The version this build writes and reads.
-    pub version: u16,
-}
-
 /// Every part of format 8, indexed by the constants above.
-pub const PARTS: [PartKind; 8] = [
+pub const PARTS: &[PartKind] = &[
     PartKind {
         id: 1,
         name: "writer",
@@ -109,15 +82,6 @@ struct Endpoints {
     fs_fd_base: u32,
 }
 
-fn part<T: Serialize>(which: usize, value: &T) -> Result<Part, StateError> {
-    Ok(Part {
-        id: PARTS[which].id,
-        version: PARTS[which].version,
-        optional: false,
-        bytes: postcard::to_stdvec(value)?,
-    })
-}
-
 /// Format 8's payload of `st`.
 pub(super) fn encode(st: &DaemonState) -> Result<Vec<u8>, StateError> {
     let writer = Writer {
@@ -134,172 +98,99 @@ pub(super) fn encode(st: &DaemonState) -> Result<Vec<u8>, StateError> {
         pid_file_fds: st.pid_file_fds.clone(),
         fs_fd_base: st.fs_fd_base,
     };
-    let parts = vec![
-        part(WRITER, &writer)?,
-        part(SECURITY, &st.settings.security)?,
-        part(SERVING, &st.settings.serving)?,
-        part(OPERATIONS, &st.settings.operations)?,
-        part(ENDPOINTS, &endpoints)?,
-        part(DEVICE, &st.device)?,
-        part(FS, &st.fs)?,
-        part(SESSION, &st.session)?,
+    let list = [
+        part(PARTS[WRITER], &writer)?,
+        part(PARTS[SECURITY], &st.settings.security)?,
+        part(PARTS[SERVING], &st.settings.serving)?,
+        part(PARTS[OPERATIONS], &st.settings.operations)?,
+        part(PARTS[ENDPOINTS], &endpoints)?,
+        part(PARTS[DEVICE], &st.device)?,
+        part(PARTS[FS], &st.fs)?,
+        part(PARTS[SESSION], &st.session)?,
     ];
-    Ok(postcard::to_stdvec(&parts)?)
-}
-
-/// The parts of a payload by kind, each checked for its version.
-fn sort(parts: &[Part]) -> Result<[Option<&Part>; PARTS.len()], StateError> {
-    let mut found = [None; PARTS.len()];
-    for p in parts {
-        let Some(i) = PARTS.iter().position(|k| k.id == p.id) else {
-            if p.optional {
-                continue;
-            }
-            return Err(StateError::UnknownPart(p.id));
-        };
-        let kind = PARTS[i];
-        if found[i].is_some() {
-            return Err(StateError::Invalid(format!(
-                "part {} appears twice",
-                kind.name
-            )));
-        }
-        if p.version != kind.version {
-            return Err(StateError::PartVersion {
-                name: kind.name,
-                version: p.version,
-                reads: kind.version,
-            });
-        }
-        found[i] = Some(p);
-    }
-    Ok(found)
+    Ok(parts::encode(&list)?)
 }
 
 /// A format-8 payload as this build's state.
 pub(super) fn decode(payload: &[u8]) -> Result<DaemonState, StateError> {
-    let (parts, rest): (Vec<Part>, _) = postcard::take_from_bytes(payload)?;
-    if !rest.is_empty() {
-        return Err(StateError::Trailing(rest.len()));
-    }
-    let found = sort(&parts)?;
-    let writer: Writer = take(&found, WRITER)?;
-    let endpoints: Endpoints = take(&found, ENDPOINTS)?;
+    let p = parts::decode(payload, PARTS)?;
+    let writer: Writer = p.take(WRITER)?;
+    let endpoints: Endpoints = p.take(ENDPOINTS)?;
     Ok(DaemonState {
         writer_version: writer.writer_version,
         writer_pid: writer.writer_pid,
         started_unix_ms: writer.started_unix_ms,
         upgrades: writer.upgrades,
         settings: crate::settings::Settings {
-            security: take(&found, SECURITY)?,
-            serving: take(&found, SERVING)?,
-            operations: take(&found, OPERATIONS)?,
+            security: p.take(SECURITY)?,
+            serving: p.take(SERVING)?,
+            operations: p.take(OPERATIONS)?,
         },
         vhost_socket_fd: endpoints.vhost_socket_fd,
         control_socket_fd: endpoints.control_socket_fd,
         control_path: endpoints.control_path,
         log_fd: endpoints.log_fd,
         pid_file_fds: endpoints.pid_file_fds,
-        device: take(&found, DEVICE)?,
-        fs: take(&found, FS)?,
-        session: take(&found, SESSION)?,
+        device: p.take(DEVICE)?,
+        fs: p.take(FS)?,
+        session: p.take(SESSION)?,
         fs_fd_base: endpoints.fs_fd_base,
     })
-}
-
-/// Part `which`, decoded; all of its bytes used.
-fn take<T: DeserializeOwned>(
-    found: &[Option<&Part>; PARTS.len()],
-    which: usize,
-) -> Result<T, StateError> {
-    let name = PARTS[which].name;
-    let p = found[which].ok_or(StateError::MissingPart(name))?;
-    let (value, rest) = postcard::take_from_bytes(&p.bytes)
-        .map_err(|source| StateError::PartDecode { name, source })?;
-    if !rest.is_empty() {
-        return Err(StateError::Invalid(format!(
-            "part {name} has {} bytes after its end",
-            rest.len()
-        )));
-    }
-    Ok(value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parts::{Part, PartError};
 
     fn parts_of(st: &DaemonState) -> Vec<Part> {
-        let payload = encode(st).unwrap();
-        postcard::from_bytes(&payload).unwrap()
+        postcard::from_bytes(&encode(st).unwrap()).unwrap()
     }
 
-    fn decode_parts(parts: &[Part]) -> Result<DaemonState, StateError> {
-        decode(&postcard::to_stdvec(parts).unwrap())
+    fn decode_parts(list: &[Part]) -> Result<DaemonState, StateError> {
+        decode(&parts::encode(list).unwrap())
     }
 
     #[test]
-    fn each_part_is_checked_on_its_own() {
+    fn every_part_is_there_in_its_version() {
         let st = super::super::tests::sample();
-        assert_eq!(decode_parts(&parts_of(&st)).unwrap(), st);
-
+        let list = parts_of(&st);
+        assert_eq!(list.len(), PARTS.len());
+        for (p, k) in list.iter().zip(PARTS) {
+            assert_eq!((p.id, p.version, p.optional), (k.id, k.version, false));
+        }
+        assert_eq!(decode_parts(&list).unwrap(), st);
         let mut newer = parts_of(&st);
         newer[SERVING].version = 2;
-        let e = decode_parts(&newer).unwrap_err().to_string();
-        assert!(
-            e.contains("settings.serving version 2") && e.contains("reads 1"),
-            "{e}"
+        let e = decode_parts(&newer).unwrap_err();
+        let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert_eq!(
+            chain,
+            "state part: settings.serving version 2 is not supported (this build reads 1)"
         );
-
         let mut missing = parts_of(&st);
         missing.remove(FS);
         assert!(matches!(
             decode_parts(&missing),
-            Err(StateError::MissingPart("fs"))
-        ));
-
-        let mut twice = parts_of(&st);
-        twice.push(part(DEVICE, &st.device).unwrap());
-        assert!(matches!(decode_parts(&twice), Err(StateError::Invalid(_))));
-
-        let mut padded = parts_of(&st);
-        padded[WRITER].bytes.push(0);
-        assert!(matches!(decode_parts(&padded), Err(StateError::Invalid(_))));
-
-        let mut unknown = parts_of(&st);
-        unknown.push(Part {
-            id: 99,
-            version: 1,
-            optional: true,
-            bytes: vec![1, 2],
-        });
-        assert_eq!(
-            decode_parts(&unknown).unwrap(),
-            st,
-            "an optional unknown part is skipped"
-        );
-        unknown.last_mut().unwrap().optional = false;
-        assert!(matches!(
-            decode_parts(&unknown),
-            Err(StateError::UnknownPart(99))
+            Err(StateError::Part(PartError::Missing("fs")))
         ));
     }
 
     #[test]
     fn an_unknown_value_in_a_part_is_refused_not_defaulted() {
         let st = super::super::tests::sample();
-        let mut parts = parts_of(&st);
+        let mut list = parts_of(&st);
         // The serving part begins with the cache mode (Always is variant 3).
-        assert_eq!(parts[SERVING].bytes[0], 3);
-        parts[SERVING].bytes[0] = 9;
-        let e = decode_parts(&parts).unwrap_err();
+        assert_eq!(list[SERVING].bytes[0], 3);
+        list[SERVING].bytes[0] = 9;
+        let e = decode_parts(&list).unwrap_err();
         assert!(
             matches!(
                 e,
-                StateError::PartDecode {
+                StateError::Part(PartError::Decode {
                     name: "settings.serving",
                     ..
-                }
+                })
             ),
             "{e:?}"
         );
