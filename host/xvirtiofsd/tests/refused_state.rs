@@ -80,10 +80,10 @@ fn a_state_the_successor_cannot_read_is_refused_and_the_daemon_serves_on() {
     assert!(
         matches!(
             err,
-            StateError::PartDecode {
+            StateError::Part(virtio_fs_ext::parts::PartError::Decode {
                 name: "settings.serving",
                 ..
-            }
+            })
         ),
         "{err:?}"
     );
@@ -106,8 +106,80 @@ fn a_state_the_successor_cannot_read_is_refused_and_the_daemon_serves_on() {
     let err = successor(&control_path, |_, payload| {
         frame::encode(frame::FORMAT_VERSION, &payload[..payload.len() - 1])
     });
-    assert!(matches!(err, StateError::Decode(_)), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StateError::Part(virtio_fs_ext::parts::PartError::List(_))
+        ),
+        "{err:?}"
+    );
     getattr_ok(&mut vmm);
+
+    vmm.shutdown().expect("clean disconnect");
+    let _ = std::fs::remove_file(&control_path);
+}
+
+/// A successor's HELLO that names the state formats it reads: the running
+/// daemon writes the newest of them it can (format 7 for a 0.2.0 successor,
+/// whose HELLO names none, or for one that reads 7 only), and refuses with
+/// ABORT, before anything stops, when none is common or when format 7
+/// cannot carry its settings (`--crash-restart-keep all`): a rollback to
+/// 0.2.0 from such a daemon. It serves on either way.
+#[test]
+fn the_state_format_follows_what_the_successor_reads() {
+    use virtio_fs_ext::config::CrashRestartKeep;
+    let dir = scratch_dir("state-format-choice");
+    let control_path = dir.with_extension("ctl.sock");
+    let mut cfg = handover_config(&dir);
+    cfg.operations.crash_restart_keep = CrashRestartKeep::All;
+    let serve = serve_refusing_handovers(cfg, control_path.clone(), None);
+    let mut vmm = Vmm::start_serving(&dir, DeviceConfig::new(2), serve);
+    vmm.negotiate();
+    vmm.setup_queues(2);
+    vmm.fuse_init(1);
+    getattr_ok(&mut vmm);
+
+    // hello: what the successor says; want: Ok(format) or Err(ABORT text).
+    let cases: [(&[u8], Result<u32, &str>); 4] = [
+        (b"xvirtiofsd 9.9.9 pid 1 reads-state 7-8", Ok(8)),
+        (
+            b"xvirtiofsd 9.9.9 pid 1 reads-state 9-12",
+            Err("reads state formats 9-12, this daemon writes 7-8"),
+        ),
+        (
+            b"xvirtiofsd 9.9.9 pid 1 reads-state 7-7",
+            Err("--crash-restart-keep all"),
+        ),
+        (
+            b"xvirtiofsd 0.2.0 pid 1",
+            Err("state format 7 cannot carry this state"),
+        ),
+    ];
+    for (hello, want) in cases {
+        let peer = UnixStream::connect(&control_path).expect("connect");
+        (&peer).write_all(b"handover\n").expect("handover");
+        handover::send(&peer, handover::HELLO, hello, &[]).expect("HELLO");
+        match want {
+            Ok(version) => {
+                let (blob, _fds) = handover::recv_state(&peer).expect("state");
+                assert_eq!(frame::decode(&blob).expect("envelope").0, version);
+                handover::send(&peer, handover::FAILED, b"test", &[]).expect("FAILED");
+                let _ = handover::recv(&peer);
+            }
+            Err(why) => {
+                let msg = handover::recv(&peer).expect("an answer");
+                assert_eq!(
+                    msg.kind,
+                    handover::ABORT,
+                    "{:?}",
+                    String::from_utf8_lossy(hello)
+                );
+                let text = String::from_utf8_lossy(&msg.payload);
+                assert!(text.contains(why), "{text}");
+            }
+        }
+        getattr_ok(&mut vmm);
+    }
 
     vmm.shutdown().expect("clean disconnect");
     let _ = std::fs::remove_file(&control_path);
