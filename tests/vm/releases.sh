@@ -6,6 +6,9 @@
 #   release_commit NAME   the commit of release NAME ("0.2.0", "pre-0.2.0")
 #   release_previous      the newest release that is not HEAD's own source
 #                         (the one before it when HEAD is a release)
+#   release_supported     the releases HEAD must upgrade and migrate to and
+#                         from (docs/live-upgrade.md, "Compatibility": the two
+#                         before HEAD's sources), oldest first, one per line
 #   release_binary NAME   path of release NAME's daemon, built once from git
 #                         history (a detached worktree under build/releases/,
 #                         one shared target directory) and cached by commit;
@@ -19,9 +22,15 @@ release_commit() {
     awk -v n="$1" '$1 == n { print $2 }' "$RELEASES_FILE"
 }
 
+# What the daemon is built from: a commit that changes only tests or docs
+# builds the same daemon.
+RELEASE_SOURCES=(host/Cargo.toml host/Cargo.lock host/xvirtiofsd/Cargo.toml
+    host/xvirtiofsd/build.rs host/xvirtiofsd/src host/fs/Cargo.toml host/fs/src
+    virtio-fs-ext/Cargo.toml virtio-fs-ext/src)
+
 # Whether the daemon's sources at commit C are HEAD's (then HEAD's build is C's).
 release_is_head() {
-    git -C "$XVFS_ROOT" diff --quiet "$1" HEAD -- host virtio-fs-ext 2>/dev/null
+    git -C "$XVFS_ROOT" diff --quiet "$1" HEAD -- "${RELEASE_SOURCES[@]}" 2>/dev/null
 }
 
 release_previous() {
@@ -32,6 +41,19 @@ release_previous() {
         last=$name
     done <"$RELEASES_FILE"
     echo "$last"
+}
+
+release_supported() {
+    local name commit
+    local -a all=()
+    while read -r name commit _; do
+        case $name in '#'* | pre-*) continue ;; esac
+        if release_is_head "$commit"; then break; fi
+        all+=("$name")
+    done <"$RELEASES_FILE"
+    local from=$((${#all[@]} > 2 ? ${#all[@]} - 2 : 0))
+    [ "${#all[@]}" -gt 0 ] || return 0
+    printf '%s\n' "${all[@]:from}"
 }
 
 release_binary() {

@@ -362,6 +362,9 @@ RELEASE=${CARGO_TARGET_DIR:-$XVFS_ROOT/host/target}/release
 (cd "$XVFS_ROOT/host" && cargo build -q --release -p xvirtiofsd --features fault-injection)
 cp "$RELEASE/xvirtiofsd" "$BIN_DIR/xvirtiofsd-faults"
 (cd "$XVFS_ROOT/host" && cargo build -q --release -p xvirtiofsd)
+# The migration versions this build reads, from its --version.
+read -r MIG_READS_MIN MIG_READS_MAX < <("$RELEASE/xvirtiofsd" --version |
+    awk '/^migration format/ { sub(":", "", $5); split($5, r, "-"); print r[1], r[2]; exit }')
 SHARE=$VMT_DIR/share-newer
 new_share "$SHARE"
 # shellcheck disable=SC2016 # expanded by the guest's shell, not here
@@ -376,7 +379,7 @@ if guest_started "$SHARE" n "newer stream version"; then
     GUEST_SCRIPT=$NEWER_SCRIPT migrate n o
     assert_eq failed "${RES%% *}" "newer stream version: the migration is refused ($RES)"
     assert_ok "newer stream version: the destination says which version it reads" \
-        grep -q "migration stream version 3 is not supported (this build reads version 2)" "$VMT_DIR/o.daemon.log"
+        grep -q "migration stream version $((MIG_READS_MAX + 1)) is not supported (this build reads versions $MIG_READS_MIN to $MIG_READS_MAX)" "$VMT_DIR/o.daemon.log"
     touch "$SHARE/done"
     wait "${QEMU_PID[n]}" 2>/dev/null || true
     assert_eq "keep=before new=n" "$(cat "$SHARE/r.txt" 2>/dev/null)" \
@@ -385,7 +388,7 @@ fi
 cleanup
 
 # ---- 5. Across builds from git history ----
-PREV=$(release_previous)
+mapfile -t SUPPORTED < <(release_supported)
 PRE_BIN=$(release_binary pre-0.2.0)
 HEAD_BIN=$XVFS_ROOT/host/target/release/xvirtiofsd
 SHARE=$VMT_DIR/share-releases
@@ -394,9 +397,10 @@ new_share "$SHARE"
 REL_SCRIPT='S=/mnt/shared; exec 3< $S/keep; exec 4>> $S/append.log; cd $S; touch $S/started
 n=0; e=0; while [ ! -e $S/done ]; do n=$((n+1)); echo "a$n" >&4 || e=$((e+1)); sleep 0.2; done
 echo "keep=$(cat <&3) cwd=$(echo c > cwdfile && cat cwdfile) appends=$n lines=$(wc -l < append.log) append-errors=$e" > $S/r.txt'
-if [ -n "$PREV" ]; then
-    first=$(release_binary "$PREV")
-    say "migration across releases: $PREV ($first) <-> HEAD"
+if [ "${#SUPPORTED[@]}" -gt 0 ]; then
+    first=$(release_binary "${SUPPORTED[0]}")
+    for r in "${SUPPORTED[@]}"; do release_binary "$r" >/dev/null; done
+    say "migration across releases: ${SUPPORTED[*]} <-> HEAD"
 else
     first=$HEAD_BIN
     say "migration across releases: no release older than HEAD's sources; from HEAD only"
@@ -404,16 +408,19 @@ fi
 DAEMON_BIN=$first GUEST_SCRIPT=$REL_SCRIPT start_daemon r0 "$SHARE"
 GUEST_SCRIPT=$REL_SCRIPT start_vm r0
 if guest_started "$SHARE" r0 "across releases"; then
-    from=r0
-    if [ -n "$PREV" ]; then
-        DAEMON_BIN=$HEAD_BIN start_daemon r1 "$SHARE"
-        GUEST_SCRIPT=$REL_SCRIPT migrate r0 r1
-        assert_eq completed "${RES%% *}" "release $PREV -> HEAD: the migration completes ($RES)"
-        DAEMON_BIN=$first start_daemon r2 "$SHARE"
-        GUEST_SCRIPT=$REL_SCRIPT migrate r1 r2
-        assert_eq completed "${RES%% *}" "HEAD -> release $PREV: the migration completes ($RES)"
-        from=r2
-    fi
+    # Up from the oldest supported release to HEAD, then down to each
+    # release and up again.
+    from=r0 running=${SUPPORTED[0]:-} i=0
+    for r in "${SUPPORTED[@]}"; do
+        i=$((i + 1))
+        DAEMON_BIN=$HEAD_BIN start_daemon "rh$i" "$SHARE"
+        GUEST_SCRIPT=$REL_SCRIPT migrate "$from" "rh$i"
+        assert_eq completed "${RES%% *}" "release $running -> HEAD: the migration completes ($RES)"
+        DAEMON_BIN=$(release_binary "$r") start_daemon "rr$i" "$SHARE"
+        GUEST_SCRIPT=$REL_SCRIPT migrate "rh$i" "rr$i"
+        assert_eq completed "${RES%% *}" "HEAD -> release $r: the migration completes ($RES)"
+        from=rr$i running=$r
+    done
     # The last build before release numbering as the destination of a
     # release's stream: refused, the guest carries on.
     DAEMON_BIN=$PRE_BIN start_daemon rp "$SHARE"

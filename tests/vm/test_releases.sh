@@ -9,12 +9,12 @@
 # upgrade` to HEAD is refused, naming both format versions, and the old
 # daemon serves on. Boot 2: the same on HEAD, with the pre-0.2.0 build as
 # the would-be successor (a downgrade across the scheme): refused the same
-# way; then, when RELEASES has a release before HEAD's sources, HEAD ->
-# that release -> HEAD (a rollback and back, each in the newest state format
-# both read), each with 0 errors. Boot 3: a crash-restart holder pair of
-# that release is upgraded to HEAD's pair, whose serving process is then
-# killed (kill -9) and restarted by HEAD's holder; then back to the
-# release's pair, killed again. The guest workload (fio verify, an
+# way; then, for each release HEAD must support (release_supported: the
+# two before HEAD's sources), HEAD -> that release -> HEAD (a rollback and
+# back, each in the newest state format both read), each with 0 errors.
+# Boot 3: a crash-restart holder pair of the oldest of them is upgraded to
+# HEAD's pair, whose serving process is then killed (kill -9) and restarted
+# by HEAD's holder; then down to each release's pair, killed again. The guest workload (fio verify, an
 # unlinked-but-open file, a file open from the start, the
 # create/rename/link loop) must see no error in any boot. Printed: the
 # guest-visible pause of each upgrade and restart, per direction.
@@ -31,9 +31,11 @@ vmt_init releases
 HEAD_BIN=$XVFS_ROOT/host/target/release/xvirtiofsd
 (cd "$XVFS_ROOT/host" && cargo build -q --release -p xvirtiofsd)
 PRE_BIN=$(release_binary pre-0.2.0)
-PREV=$(release_previous)
+mapfile -t SUPPORTED < <(release_supported)
+# The binaries are built here, not in the background host side.
+for r in "${SUPPORTED[@]}"; do release_binary "$r" >/dev/null; done
 say "HEAD: $("$HEAD_BIN" --version | head -n 1); pre-0.2.0: $("$PRE_BIN" --version | head -n 1);" \
-    "previous release: ${PREV:-none, HEAD has the sources of the first release}"
+    "releases upgraded to and from: ${SUPPORTED[*]:-none, HEAD has the sources of the first release}"
 
 # HEAD's state formats, from its --version: "W A B" (writes W, reads A-B).
 HEAD_STATE=$("$HEAD_BIN" --version | awk '/^state format/ { sub(",", "", $3); sub(":", "", $5); split($5, r, "-"); print $3, r[1], r[2]; exit }')
@@ -114,7 +116,7 @@ PY
 }
 
 host_side() {
-    local share=$1 ctl=$2 first=$3 prev_bin
+    local share=$1 ctl=$2 first=$3
     workload_wait_started "$share" || { echo "FAILCHECK guest never started"; touch "$share/done"; return; }
     sleep 1
     case $first in
@@ -122,19 +124,27 @@ host_side() {
         head)
             clock_marker "$ctl" "$share"
             try_upgrade "$ctl" "$PRE_BIN" head-to-pre-0.2.0 1
-            if [ -n "$PREV" ]; then
-                prev_bin=$(release_binary "$PREV")
-                try_upgrade "$ctl" "$prev_bin" "upgrade-down-head-to-$PREV" 0
-                try_upgrade "$ctl" "$HEAD_BIN" "upgrade-up-$PREV-to-head" 0
-            fi
+            for r in "${SUPPORTED[@]}"; do
+                try_upgrade "$ctl" "$(release_binary "$r")" "upgrade-down-head-to-$r" 0
+                try_upgrade "$ctl" "$HEAD_BIN" "upgrade-up-$r-to-head" 0
+            done
             ;;
         holder)
             clock_marker "$ctl" "$share"
-            prev_bin=$(release_binary "$PREV")
-            try_upgrade "$ctl" "$HEAD_BIN" "holder-upgrade-up-$PREV-to-head" 0 holder
-            try_kill "$ctl" "crash-after-up-on-head" 1
-            try_upgrade "$ctl" "$prev_bin" "holder-upgrade-down-head-to-$PREV" 0 holder
-            try_kill "$ctl" "crash-after-down-on-$PREV" 1
+            # Starts on the oldest supported release: up to HEAD and down to
+            # each release in turn, a kill -9 after every upgrade.
+            local running=${SUPPORTED[0]}
+            for r in "${SUPPORTED[@]}"; do
+                try_upgrade "$ctl" "$HEAD_BIN" "holder-upgrade-up-$running-to-head" 0 holder
+                try_kill "$ctl" "crash-after-up-from-$running-on-head" 1
+                try_upgrade "$ctl" "$(release_binary "$r")" "holder-upgrade-down-head-to-$r" 0 holder
+                try_kill "$ctl" "crash-after-down-on-$r" 1
+                running=$r
+            done
+            if [ "${#SUPPORTED[@]}" -gt 1 ]; then
+                try_upgrade "$ctl" "$HEAD_BIN" "holder-upgrade-up-$running-to-head" 0 holder
+                try_kill "$ctl" "crash-after-up-from-$running-on-head" 1
+            fi
             ;;
     esac
     sleep 1
@@ -170,11 +180,11 @@ boot head "$HEAD_BIN"
 assert_ok "HEAD -> pre-0.2.0: the refusal names both versions" \
     grep -q "state format version $HEAD_WRITES is not supported (this build reads 6 to 6)" "$VMT_DIR/daemon-head.log"
 grep -h 'format version .* is not supported' "$VMT_DIR"/daemon-*.log | head -n 2 | sed 's/^/     /' || true
-if [ -n "$PREV" ]; then
+if [ "${#SUPPORTED[@]}" -gt 0 ]; then
     # The state format of each handover, from the old daemon's log.
     formats=$(grep -o 'handing over to xvirtiofsd [^ ]* .*(state format [0-9]*)' "$VMT_DIR/daemon-head.log" | sed 's/.*(state format \([0-9]*\))/\1/' | tr '\n' ' ')
-    say "state formats written, HEAD -> $PREV: ${formats:-not logged by $PREV}"
-    boot holder "$(release_binary "$PREV")" "--crash-restart --crash-restart-limit 5/600"
+    say "state formats written by HEAD (pre-0.2.0, then down to ${SUPPORTED[*]}): ${formats:-none logged}"
+    boot holder "$(release_binary "${SUPPORTED[0]}")" "--crash-restart --crash-restart-limit 5/600"
     [ -s "$VMT_DIR/pauses.txt" ] && say "guest-visible pause per direction (ms): $(awk '{printf "%s %s; ", $2, $3}' "$VMT_DIR/pauses.txt")"
 else
     say "no release before HEAD's sources: the cross-release upgrades and holder pairs were not run"
