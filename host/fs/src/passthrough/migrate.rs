@@ -307,7 +307,7 @@ impl PassthroughFs {
                     .as_mut()
                     .and_then(|k| k.take_node(m.id))
                     .and_then(|fd| self.check_kept(fd, kept.as_deref()))
-                    .map(|fd| on_mount(fd, mount_fd));
+                    .map(|fd| self.own_view(fd, mount_fd));
                 let proven = from_keeper.is_some();
                 let r = match from_keeper {
                     Some(fd) => Ok(fd),
@@ -417,6 +417,22 @@ impl PassthroughFs {
 
     /// A node's descriptor from the keeper: an `O_PATH` descriptor inside
     /// the share (`kept_is_inside`).
+    /// A kept node's file through this process's view of the share
+    /// (`mount`): along its proven path when it has names left, else by its
+    /// file handle ([`on_mount`]). Not by handle when it has names: the
+    /// kernel then hands back any of the file's dentries, possibly a name
+    /// removed since (a hard link the guest made and unlinked), which no
+    /// successor could prove inside the share.
+    fn own_view(&self, fd: OwnedFd, mount: Option<&OwnedFd>) -> OwnedFd {
+        if mount.is_some() {
+            let named = sys::stat_fd(fd.as_fd()).ok().filter(|st| st.st_nlink != 0);
+            if let Some(own) = named.and_then(|st| self.share_find(fd.as_fd(), &st)) {
+                return own;
+            }
+        }
+        on_mount(fd, mount)
+    }
+
     fn check_kept(&self, fd: OwnedFd, kept: Option<&KeptFiles>) -> Option<OwnedFd> {
         let fl = sys::get_fl(fd.as_fd()).ok()?;
         let st = sys::stat_fd(fd.as_fd()).ok()?;

@@ -266,9 +266,13 @@ impl PassthroughFs {
             } else if self.is_deleted_here(fd.as_fd(), &st) {
                 deleted.push((i, fd));
             } else {
+                let name =
+                    sys::readlinkat(self.proc_self_fd.as_fd(), &sys::fd_name(fd.as_raw_fd()))
+                        .map(|l| String::from_utf8_lossy(&l).into_owned())
+                        .unwrap_or_default();
                 return Err(bad(format!(
-                    "node {}: descriptor is not inside the shared directory",
-                    i.id
+                    "node {}: descriptor is not inside the shared directory (links {}, named {name:?})",
+                    i.id, st.st_nlink
                 )));
             }
         }
@@ -381,7 +385,7 @@ impl PassthroughFs {
 
     /// [`PassthroughFs::share_path`]'s file, opened along the path through
     /// this process's view of the share.
-    fn share_find(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<OwnedFd> {
+    pub(super) fn share_find(&self, fd: BorrowedFd<'_>, st: &sys::Stat) -> Option<OwnedFd> {
         self.share().find(fd, st).map(|(_, own)| own)
     }
 
