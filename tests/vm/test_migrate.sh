@@ -421,6 +421,12 @@ if guest_started "$SHARE" r0 "across releases"; then
         assert_eq completed "${RES%% *}" "HEAD -> release $r: the migration completes ($RES)"
         from=rr$i running=$r
     done
+    if [ "${#SUPPORTED[@]}" -gt 1 ]; then
+        DAEMON_BIN=$HEAD_BIN start_daemon rh-last "$SHARE"
+        GUEST_SCRIPT=$REL_SCRIPT migrate "$from" rh-last
+        assert_eq completed "${RES%% *}" "release $running -> HEAD: the migration completes ($RES)"
+        from=rh-last
+    fi
     # The last build before release numbering as the destination of a
     # release's stream: refused, the guest carries on.
     DAEMON_BIN=$PRE_BIN start_daemon rp "$SHARE"
