@@ -9,7 +9,9 @@
 # assertion: the guest's automount helper mounts both on /mnt/TAG, the guest
 # reads host files and writes files back (checked on the host), the managed
 # daemon is live-upgraded (vmm-config/xvfs-libvirt-upgrade) while the guest
-# writes to it, both shares detach (virsh detach-device) and their daemons
+# writes to it, the domain is saved to a file and restored (virsh save /
+# virsh restore) with a file held open in the share, both shares detach
+# (virsh detach-device) and their daemons
 # exit, and `virsh shutdown` powers the guest off (ACPI power button).
 #
 # Guest commands travel as files on the managed share (tests/vm/libvirt-agent.sh);
@@ -273,6 +275,39 @@ wait "$EXT_PID" 2>/dev/null || EXT_RC=$?
 assert_eq 0 "$EXT_RC" "external daemon exit status"
 EXT_PID=
 assert_eq 1 "$(virsh_ dumpxml "$DOM" | grep -c '<filesystem')" "libvirt lists one filesystem"
+
+# ---- 8a. snapshot to a file and restore: virsh save / virsh restore --------
+# A guest process holds a file open for appending and its cwd in the share
+# across the save; libvirt stops QEMU and the managed daemon, and on restore
+# starts new ones, the daemon taking the share's state from the file.
+# shellcheck disable=SC2016 # expanded in the guest
+HOLDER='mkdir -p /mnt/'$TAG_M'/held && (cd /mnt/'$TAG_M'/held; exec 7>>held.log; e=0; while [ ! -e /tmp/held.stop ]; do echo tick >&7 || e=$((e+1)); [ -e ../held ] || e=$((e+1)); sleep 0.2; done; echo end >&7 || e=$((e+1)); echo $e >/tmp/held.err) >/dev/null 2>&1 &'
+rc=0
+guest "$HOLDER" || rc=$?
+assert_eq 0 "$rc" "guest holds held/held.log open with its cwd in /mnt/$TAG_M"
+assert_ok "the held file grows on the host" \
+    timeout 60 bash -c "until [ \"\$(wc -l <'$SHARE_M/held/held.log' 2>/dev/null || echo 0)\" -ge 5 ]; do sleep 0.2; done"
+SAVE=$VMT_DIR/domain.save
+rm -f "$SAVE"
+OLD_M=$PID_M
+assert_ok "virsh save $DOM (to a file)" timeout 300 virsh -q save "$DOM" "$SAVE"
+assert_ok "the domain is gone after the save" bash -c "! timeout 30 virsh -q domid '$DOM' >/dev/null 2>&1"
+assert_ok "its managed daemon (pid $OLD_M) exited" wait_gone "$OLD_M" 30
+SAVED_LINES=$(wc -l <"$SHARE_M/held/held.log")
+assert_ok "virsh restore (a new QEMU and a new managed daemon)" timeout 300 virsh -q restore "$SAVE"
+assert_eq running "$(virsh_ domstate "$DOM" 2>/dev/null | head -n 1)" "restored domain is running"
+PID_M=$(managed_pid "$TAG_M")
+[ -z "$PID_M" ] || MANAGED_PIDS+=("$PID_M")
+assert_ok "libvirt started a new xvirtiofsd for $TAG_M (pid ${PID_M:-none}, was $OLD_M)" \
+    bash -c "[ -n '$PID_M' ] && [ '$PID_M' != '$OLD_M' ] && [ -d /proc/$PID_M ]"
+assert_ok "the held file grows again after the restore (was $SAVED_LINES lines)" \
+    timeout 60 bash -c "until [ \"\$(wc -l <'$SHARE_M/held/held.log')\" -ge $((SAVED_LINES + 5)) ]; do sleep 0.2; done"
+rc=0
+guest "touch /tmp/held.stop; i=0; while [ ! -e /tmp/held.err ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done; echo held-errors=\$(cat /tmp/held.err)" || rc=$?
+assert_eq 0 "$rc" "guest stopped the held-file writer"
+assert_eq "held-errors=0" "$(grep -o 'held-errors=.*' "$AGENT_OUT" 2>/dev/null)" \
+    "appends through the held descriptor and the cwd never failed across save and restore"
+assert_eq end "$(tail -n 1 "$SHARE_M/held/held.log")" "the held descriptor's last append is on the host"
 
 # ---- 8b. an ID-mapped share (<idmap>): libvirt passes --uid-map/--gid-map --
 # The daemon runs in a user namespace where 0..65535 are host 100000..165535:

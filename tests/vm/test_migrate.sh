@@ -40,6 +40,8 @@ set -euo pipefail
 . "$XVFS_ROOT/vmm-config/qemu-profile.sh"
 # shellcheck source=tests/vm/releases.sh
 . "$(dirname "$0")/releases.sh"
+# shellcheck source=tests/vm/vm_pair.sh
+. "$(dirname "$0")/vm_pair.sh"
 
 vmt_init migrate
 MIGRATIONS=${XVFS_MIGRATIONS:-6}
@@ -48,22 +50,6 @@ QMP=$XVFS_ROOT/tests/vm/qmp.py
 # XVFS_QEMU / XVFS_GUEST_KERNEL pick the QEMU and the image (qemu-profile.sh).
 xvfs_select_runtime
 GUEST_DIR=$XVFS_GUEST_DIR_SELECTED
-PIDS=()
-declare -A QEMU_PID=()
-
-# Kills every daemon and QEMU started so far (QEMU runs under timeout(1):
-# its child first, so that no QEMU outlives its wrapper) and reaps them.
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do
-        pkill -9 -P "$p" 2>/dev/null || true
-        kill -9 "$p" 2>/dev/null || true
-    done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-trap cleanup EXIT
-
 # shellcheck disable=SC2016 # expanded by the guest's shell, not here
 GUEST_SCRIPT='
 S=/mnt/shared
@@ -97,120 +83,6 @@ cp /tmp/tick_lat.1.log $S/tick_lat.log
 cat /tmp/res
 '
 
-# start_daemon NAME SHARE ARGS...: a daemon on $VMT_DIR/NAME.sock.
-start_daemon() {
-    local name=$1 share=$2 bin=${DAEMON_BIN:-$DAEMON}
-    shift 2
-    rm -f "$VMT_DIR/$name.sock"
-    "$bin" --socket-path "$VMT_DIR/$name.sock" --shared-dir "$share" "$@" \
-        </dev/null >>"$VMT_DIR/$name.daemon.log" 2>&1 &
-    PIDS+=($!)
-    for _ in $(seq 1 100); do
-        [ -S "$VMT_DIR/$name.sock" ] && return 0
-        sleep 0.1
-    done
-    fail "daemon $name did not create its socket"
-    return 1
-}
-
-# start_vm NAME [INCOMING-URI]: QEMU on the daemon NAME.sock, QMP on NAME.qmp.
-start_vm() {
-    local name=$1 incoming=${2:-}
-    declare -gA XVFS_P=(
-        [MACHINE]=pc [VCPUS]=2 [MEM]=512M [TAG]=shared [QUEUES]=1 [QUEUE_SIZE]=1024
-        [SOCK]=$(xvfs_qemu_escape "$VMT_DIR/$name.sock")
-        [KERNEL]=$(xvfs_qemu_escape "$GUEST_DIR/vmlinux")
-        [INITRD]=$(xvfs_qemu_escape "$GUEST_DIR/initramfs.cpio")
-        [APPEND]="console=ttyS0 quiet panic=1 xvfs.tag=shared xvfs.wait=30 xvfs.cmd=$(printf '%s' "$GUEST_SCRIPT" | base64 -w0)"
-        [CONSOLE]="file,id=con,path=$(xvfs_qemu_escape "$VMT_DIR/$name.console"),append=on"
-    )
-    xvfs_pick_accel 2>/dev/null
-    xvfs_render_args "$XVFS_QEMU_TEMPLATE"
-    XVFS_QEMU_ARGS+=(-qmp "unix:$VMT_DIR/$name.qmp,server=on,wait=off")
-    [ -z "$incoming" ] || XVFS_QEMU_ARGS+=(-incoming "$incoming")
-    rm -f "$VMT_DIR/$name.qmp"
-    timeout -k 5 900 "$XVFS_QEMU_BIN" "${XVFS_QEMU_ARGS[@]}" </dev/null \
-        >>"$VMT_DIR/$name.qemu.log" 2>&1 &
-    PIDS+=($!)
-    QEMU_PID[$name]=$!
-    for _ in $(seq 1 100); do
-        [ -S "$VMT_DIR/$name.qmp" ] && return 0
-        sleep 0.1
-    done
-    fail "QEMU $name did not open its monitor"
-    return 1
-}
-
-# guest_started SHARE NAME LABEL: waits for the guest of QEMU NAME to touch
-# SHARE/started; when it does not (QEMU exited, or 240 s passed) fails LABEL
-# with how QEMU ended and the last lines of its log and of the daemon's.
-guest_started() {
-    local share=$1 name=$2 label=$3 pid=${QEMU_PID[$2]} how st
-    wait_file "$share/started" 240 "$pid" && return 0
-    if kill -0 "$pid" 2>/dev/null; then
-        how="QEMU still runs after 240 s"
-    else
-        wait "$pid" 2>/dev/null && st=0 || st=$?
-        how="QEMU exited with status $st$( ((st > 128)) && echo " (signal $((st - 128)))")"
-    fi
-    fail "$label: guest never started ($how)"
-    echo "     last lines of $name.qemu.log:"; tail -n 5 "$VMT_DIR/$name.qemu.log" | sed 's/^/       /'
-    echo "     last lines of $name.console:"; tail -n 5 "$VMT_DIR/$name.console" | sed 's/^/       /'
-    echo "     last lines of $name.daemon.log:"; tail -n 5 "$VMT_DIR/$name.daemon.log" | sed 's/^/       /'
-    return 1
-}
-
-# wait_file FILE [SECONDS] [PID]: true once FILE exists; false after
-# SECONDS (240), or as soon as process PID is gone.
-wait_file() {
-    for _ in $(seq 1 "$((${2:-240} * 2))"); do
-        [ -e "$1" ] && return 0
-        [ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || break
-        sleep 0.5
-    done
-    [ -e "$1" ]
-}
-
-# migrate FROM TO: migrates the running VM FROM to a new QEMU TO (whose
-# daemon runs already); on success quits FROM. Sets RES to "completed MS"
-# or "failed WHY".
-migrate() {
-    local from=$1 to=$2 res pid
-    rm -f "$VMT_DIR/mig.sock"
-    start_vm "$to" "unix:$VMT_DIR/mig.sock"
-    wait_file "$VMT_DIR/mig.sock" 30 || true
-    res=$(python3 "$QMP" "$VMT_DIR/$from.qmp" migrate "unix:$VMT_DIR/mig.sock" 300 2>&1) || true
-    # The source only knows it sent everything: as libvirt does, the
-    # migration has succeeded once the destination runs; if the destination
-    # fails to load (and exits), the source is resumed.
-    if [[ $res == completed* ]] && ! dest_runs "$to"; then
-        res="failed (the destination did not start ($(tail -n 1 "$VMT_DIR/$to.qemu.log")))"
-        python3 "$QMP" "$VMT_DIR/$from.qmp" cont >/dev/null 2>&1 || true
-    fi
-    RES=$res
-    if [[ $res == completed* ]]; then
-        python3 "$QMP" "$VMT_DIR/$from.qmp" quit >/dev/null 2>&1 || true
-        pid=${QEMU_PID[$from]}
-    else
-        pid=${QEMU_PID[$to]}
-        kill "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-}
-
-# dest_runs NAME: true once QEMU NAME runs the migrated guest; false when it
-# exits first (it failed to load the state).
-dest_runs() {
-    local pid=${QEMU_PID[$1]} st
-    for _ in $(seq 1 300); do
-        kill -0 "$pid" 2>/dev/null || return 1
-        st=$(python3 "$QMP" "$VMT_DIR/$1.qmp" query-status 2>/dev/null) || true
-        [[ $st == *'"running"'* ]] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
 # The guest's result file, as KEY=VALUE fields.
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2" | head -n 1; }
 
@@ -241,12 +113,6 @@ print(f"{sys.argv[3]}: guest-visible pause over {n} migration(s) (largest gaps o
       f"request stream): median {statistics.median(top)} ms, max {max(top)} ms; "
       f"normal gap {statistics.median(gaps)} ms")
 PY
-}
-
-new_share() {
-    rm -rf "$1"
-    mkdir -p "$1"
-    echo before >"$1/keep"
 }
 
 # ---- 1. xvirtiofsd <-> xvirtiofsd ----

@@ -347,6 +347,14 @@ impl PassthroughFs {
         opened: &HashMap<u64, RestoredInode>,
     ) -> Result<OwnedFd, String> {
         let nofollow = libc::O_PATH | libc::O_NOFOLLOW;
+        // What the operator is told (names escaped: they come from the guest).
+        let what = match &m.location {
+            Location::Path { parent, name } => {
+                format!(" {:?} in node {parent}", String::from_utf8_lossy(name))
+            }
+            Location::FullPath { path } => format!(" {:?}", String::from_utf8_lossy(path)),
+            _ => String::new(),
+        };
         let result = match &m.location {
             Location::Invalid { why } => return Err(format!("source: {why}")),
             Location::Path { parent, name } => {
@@ -368,7 +376,7 @@ impl PassthroughFs {
                 None => return Err("the shared directory cannot be opened".into()),
             },
         };
-        result.map_err(|e| format!("cannot open: {e}"))
+        result.map_err(|e| format!("cannot open{what}: {e}"))
     }
 
     /// Checks an opened inode against what the source said, and that it is
