@@ -14,8 +14,9 @@
 #    host); the working directory works; `stat -c %i` of a file is unchanged.
 #    Printed: the guest-visible pause per migration (the largest gaps of the
 #    request stream) and QEMU's own downtime figure.
-# 2. virtiofsd 1.14 -> xvirtiofsd (when virtiofsd is installed): the same
-#    checks after one migration.
+# 2. virtiofsd 1.14 -> xvirtiofsd -> virtiofsd 1.14 (the second written in
+#    virtiofsd's own format, --migration-target virtiofsd): the same checks
+#    after both migrations.
 # 3. Faults: the destination serves a copy of the share that lacks a file the
 #    guest holds open. With --migration-on-error=abort the migration fails
 #    and the guest carries on on the source; with guest-error it completes and
@@ -158,16 +159,24 @@ if [ -x "$VIRTIOFSD" ]; then
     DAEMON_BIN=$VIRTIOFSD start_daemon v "$SHARE" --migration-mode find-paths
     start_vm v
     if guest_started "$SHARE" v "virtiofsd->xvirtiofsd"; then
-        start_daemon x "$SHARE"
+        # The destination writes virtiofsd's format when it is the source.
+        start_daemon x "$SHARE" --migration-target virtiofsd
         migrate v x
         res=$RES
         assert_eq completed "${res%% *}" "virtiofsd -> xvirtiofsd migration: $res"
+        assert_ok "xvirtiofsd read virtiofsd's stream" grep -q "state from virtiofsd" "$VMT_DIR/x.daemon.log"
+        sleep 3
+        DAEMON_BIN=$VIRTIOFSD start_daemon v2 "$SHARE" --migration-mode find-paths
+        migrate x v2
+        res=$RES
+        assert_eq completed "${res%% *}" "xvirtiofsd -> virtiofsd migration (--migration-target virtiofsd): $res"
+        assert_ok "xvirtiofsd wrote virtiofsd's format" \
+            grep -q "written in virtiofsd's format" "$VMT_DIR/x.daemon.log"
         sleep 3
         touch "$SHARE/done"
-        wait "${QEMU_PID[x]}" 2>/dev/null || true
-        check_guest "$SHARE" "virtiofsd->xvirtiofsd"
-        assert_ok "xvirtiofsd read virtiofsd's stream" grep -q "state from virtiofsd" "$VMT_DIR/x.daemon.log"
-        if p=$(pauses "$SHARE" 1 "virtiofsd->xvirtiofsd"); then pass "$p"; else fail "$p"; fi
+        wait "${QEMU_PID[v2]}" 2>/dev/null || true
+        check_guest "$SHARE" "virtiofsd->xvirtiofsd->virtiofsd"
+        if p=$(pauses "$SHARE" 2 "virtiofsd->xvirtiofsd->virtiofsd"); then pass "$p"; else fail "$p"; fi
     fi
     cleanup
 else

@@ -73,6 +73,8 @@ CASES=(
     "--migration-verify-handles|plain|--migration-verify-handles|serve"
     "--migration-confirm-paths|plain|--migration-confirm-paths|serve"
     "--migration-verify-handles|plain|--migration-mode file-handles --migration-verify-handles|refuse:only apply to --migration-mode=find-paths"
+    "--migration-target|plain|--migration-target virtiofsd|serve"
+    "--migration-target|plain|--migration-mode file-handles --migration-target virtiofsd|refuse:virtiofsd reads file handles only from its own mounts"
     "--no-device-nodes|plain|--no-device-nodes|serve"
     "--no-setid|plain|--no-setid|serve"
     "--crash-restart|plain|--crash-restart|serve"

@@ -54,6 +54,15 @@ pub enum CrashRestartKeep {
     All,
 }
 
+/// `--migration-target`: whose device-state format a migration source
+/// writes (virtiofsd's, for a destination that runs virtiofsd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+pub enum MigrationTarget {
+    #[default]
+    Xvirtiofsd,
+    Virtiofsd,
+}
+
 /// How long the guest may cache metadata and data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum CacheMode {

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 pub use virtio_fs_ext::config::{
-    CacheMode, CrashRestartKeep, LogLevel, MigrationMode, MigrationOnError, Negotiation, PollMode,
-    SandboxMode, SeccompAction,
+    CacheMode, CrashRestartKeep, LogLevel, MigrationMode, MigrationOnError, MigrationTarget,
+    Negotiation, PollMode, SandboxMode, SeccompAction,
 };
 
 /// `--version`: the package version, with the build tag if one was set.
@@ -479,6 +479,17 @@ pub struct Opt {
     #[arg(long)]
     pub migration_confirm_paths: bool,
 
+    /// VM live migration and snapshots, on the source: whose format the
+    /// device state is written in. `xvirtiofsd` (the default) is read by
+    /// xvirtiofsd; `virtiofsd` is upstream virtiofsd's own (its version 1,
+    /// read by virtiofsd 1.11 to 1.14 and by xvirtiofsd), to move a VM to a
+    /// host that runs virtiofsd. With `virtiofsd`, every node travels by
+    /// path (`--migration-mode find-paths`) and the FUSE session stays as
+    /// the destination's virtiofsd negotiated it; a node it cannot carry (a
+    /// name that is not UTF-8) fails the migration, the VM running on here.
+    #[arg(long, value_enum, default_value = "xvirtiofsd", value_name = "DAEMON")]
+    pub migration_target: MigrationTarget,
+
     /// Old virtiofsd options: source=DIR, cache=auto|always|none|metadata, xattr,
     /// no_xattr, readdirplus, no_readdirplus, writeback, no_writeback, sandbox=…,
     /// loglevel=…, allow_direct_io, no_allow_direct_io, modcaps=…, xattrmap=…,
@@ -753,11 +764,18 @@ impl Opt {
     /// accepted and ignored.
     fn refuse_unsupported(&self) -> Result<(), CliError> {
         let handles = self.migration_mode == MigrationMode::FileHandles;
-        let refused: [(bool, &str, &'static str); 1] = [(
-            handles && (self.migration_verify_handles || self.migration_confirm_paths),
-            "--migration-verify-handles/--migration-confirm-paths",
-            "they only apply to --migration-mode=find-paths (file handles need no check)",
-        )];
+        let refused: [(bool, &str, &'static str); 2] = [
+            (
+                handles && (self.migration_verify_handles || self.migration_confirm_paths),
+                "--migration-verify-handles/--migration-confirm-paths",
+                "they only apply to --migration-mode=find-paths (file handles need no check)",
+            ),
+            (
+                handles && self.migration_target == MigrationTarget::Virtiofsd,
+                "--migration-target=virtiofsd with --migration-mode=file-handles",
+                "virtiofsd reads file handles only from its own mounts; use find-paths",
+            ),
+        ];
         match refused.into_iter().find(|(given, _, _)| *given) {
             Some((_, option, why)) => Err(unsupported(option, why)),
             None => Ok(()),

@@ -90,6 +90,9 @@ pub struct Own {
     pub caps: u64,
     /// `--max-open`.
     pub max_open: Option<usize>,
+    /// `--migration-target` (not part of the state: a successor writes
+    /// what its own command line says).
+    pub migration_target: virtio_fs_ext::config::MigrationTarget,
     /// The pid whose cgroups this process joined before the handover
     /// began (outside the guest-visible pause).
     pub joined: Option<u32>,
@@ -159,6 +162,7 @@ impl Daemon {
             );
         }
         let mut dev_cfg = device_config(&cfg, measure_wake_cost(200));
+        dev_cfg.migration.target = opt.migration_target;
         dev_cfg.journal = link.as_ref().map(HolderLink::journal);
 
         // Sockets first: the file system sets the process umask to 0 (the
@@ -251,6 +255,7 @@ impl Daemon {
         let own = Own {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
+            migration_target: opt.migration_target,
             joined: None,
             prepared,
         };
@@ -583,6 +588,7 @@ fn restore(
     }
     logger::release();
     let started = std::time::Instant::now();
+    let migration_target = own.migration_target;
     let p = own.prepared;
     let max_open = max_open(own.max_open, p.limit)?;
     let fs = restore_fs(inc, st, max_open, p.dir, link, crashed)?;
@@ -603,6 +609,7 @@ fn restore(
     let mut take = |i: u32| inc.take(i);
     let mut dev_cfg = device_config(&st.settings, wake_cost);
     dev_cfg.journal = journal;
+    dev_cfg.migration.target = migration_target;
     let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
     info!(
         "restored in {} µs (sandbox entered before): file system {} µs, device {} µs",

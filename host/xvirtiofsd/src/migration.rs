@@ -10,7 +10,7 @@
 //! from virtiofsd is accepted too (see [`virtio_fs_ext::migration`]).
 
 use log::{info, warn};
-use virtio_fs_ext::config::{MigrationMode, MigrationOnError};
+use virtio_fs_ext::config::{MigrationMode, MigrationOnError, MigrationTarget};
 use virtio_fs_ext::migration::{self, MigrationStream, Received};
 use xvfs_fs::abi::{init_flags, KERNEL_MINOR_VERSION};
 use xvfs_fs::passthrough::{LoadReport, SaveOptions};
@@ -29,6 +29,8 @@ pub struct MigrationConfig {
     /// taken while the device is stopped, and each is walked from the
     /// shared directory before it is sent).
     pub confirm_paths: bool,
+    /// Source: whose format to write (`--migration-target`).
+    pub target: MigrationTarget,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,8 @@ pub enum MigrationError {
     Session(#[from] xvfs_fs::SessionError),
     #[error("the source negotiated {0}, which this daemon does not serve")]
     Unserved(&'static str),
+    #[error("virtiofsd's format cannot carry the state: {0}")]
+    Virtiofsd(String),
     #[error("the guest holds {0} lock(s) on this host (-o posix_lock/flock), and locks cannot move to another host: the migration is refused, the guest keeps running here")]
     LocksHeld(usize),
 }
@@ -81,7 +85,14 @@ pub fn save(server: &Server, cfg: &MigrationConfig) -> Result<Vec<u8>, Migration
         session: server.session(),
         fs,
     };
-    Ok(fault(stream.encode()?))
+    match cfg.target {
+        MigrationTarget::Xvirtiofsd => Ok(fault(stream.encode()?)),
+        MigrationTarget::Virtiofsd => {
+            let blob = migration::virtiofsd::encode(&stream).map_err(MigrationError::Virtiofsd)?;
+            info!("migration: written in virtiofsd's format (version 1)");
+            Ok(blob)
+        }
+    }
 }
 
 /// Test hook: with the `fault-injection` feature and

@@ -153,6 +153,7 @@ pub(crate) fn device_config(s: &Settings, wake_cost: Duration) -> DeviceConfig {
             on_error: sec.migration_on_error,
             verify_handles: sec.migration_verify_handles,
             confirm_paths: sec.migration_confirm_paths,
+            target: Default::default(),
         },
         journal: None,
         tag: sec.tag.clone(),

@@ -56,6 +56,7 @@ fn take_over(
     let own = Own {
         caps: caps_mask(opt)?,
         max_open: opt.max_open,
+        migration_target: opt.migration_target,
         joined,
         prepared,
     };

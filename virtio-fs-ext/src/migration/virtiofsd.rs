@@ -12,6 +12,12 @@
 //! description; they only need to match postcard's encoding of it (variant
 //! indices in declaration order, integers as varints, strings and byte
 //! vectors length-prefixed).
+//!
+//! A source writes it too ([`encode`], `--migration-target virtiofsd`), so
+//! that a VM can move back to a virtiofsd host: version 1, which every
+//! virtiofsd from 1.11 on reads. virtiofsd counts, in a node's reference
+//! count, one reference per node located by a name in it (the destination
+//! drops one per child it finds); the writer adds them.
 
 use std::collections::HashMap;
 
@@ -20,7 +26,7 @@ use xvfs_fs::passthrough::state::{
     FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs,
 };
 
-use super::Received;
+use super::{MigrationStream, Received};
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Stream {
@@ -162,6 +168,89 @@ fn convert_inode(i: Inode) -> Option<MigratedInode> {
     })
 }
 
+impl NegotiatedOpts {
+    /// What a FUSE session with INIT flags `flags` settled.
+    pub fn from_flags(flags: u64) -> NegotiatedOpts {
+        use xvfs_fs::abi::init_flags as f;
+        NegotiatedOpts {
+            writeback: flags & f::WRITEBACK_CACHE != 0,
+            announce_submounts: flags & f::SUBMOUNTS != 0,
+            posix_acl: flags & f::POSIX_ACL != 0,
+            sup_group_extension: flags & f::CREATE_SUPP_GROUP != 0,
+        }
+    }
+}
+
+/// The reference count virtiofsd gives the root before the guest's own.
+const ROOT_REFS: u64 = 2;
+
+/// `stream` in virtiofsd's format (version 1), for a destination that runs
+/// virtiofsd 1.11 to 1.14. Refused, naming the node, when a node is found
+/// by file handle (virtiofsd reads those only with its own mount ids) or
+/// by a name that is not UTF-8 (virtiofsd's names are strings).
+pub fn encode(stream: &MigrationStream) -> Result<Vec<u8>, String> {
+    let fs = &stream.fs;
+    let mut children: HashMap<u64, u64> = HashMap::new();
+    for m in &fs.inodes {
+        if let Location::Path { parent, .. } = &m.location {
+            *children.entry(*parent).or_default() += 1;
+        }
+    }
+    let text = |id: u64, b: &[u8]| {
+        String::from_utf8(b.to_vec())
+            .map_err(|_| format!("node {id}: its name is not UTF-8, which virtiofsd cannot read"))
+    };
+    let root_id = xvfs_fs::abi::ROOT_ID;
+    let mut inodes = vec![Inode {
+        id: root_id,
+        refcount: ROOT_REFS + children.get(&root_id).copied().unwrap_or(0),
+        location: InodeLocation::RootNode,
+        file_handle: None,
+    }];
+    for m in &fs.inodes {
+        let location = match &m.location {
+            Location::Path { parent, name } => InodeLocation::Path {
+                parent: *parent,
+                filename: text(m.id, name)?,
+            },
+            Location::FullPath { path } => InodeLocation::FullPath {
+                filename: text(m.id, path)?,
+            },
+            Location::Invalid { .. } => InodeLocation::Invalid,
+            Location::Handle(_) => {
+                return Err(format!(
+                    "node {}: found by file handle, which virtiofsd reads only from its own \
+                     mounts (use --migration-mode find-paths)",
+                    m.id
+                ))
+            }
+        };
+        inodes.push(Inode {
+            id: m.id,
+            refcount: m.refs + children.get(&m.id).copied().unwrap_or(0),
+            location,
+            file_handle: None,
+        });
+    }
+    let handles = fs
+        .handles
+        .iter()
+        .map(|h| Handle {
+            id: h.fh,
+            inode: h.inode,
+            source: HandleSource::OpenInode { flags: h.flags },
+        })
+        .collect();
+    let v1 = V1 {
+        inodes,
+        next_inode: fs.next_id,
+        handles,
+        next_handle: fs.next_fh,
+        negotiated_opts: NegotiatedOpts::from_flags(stream.session.map_or(0, |s| s.flags)),
+    };
+    postcard::to_stdvec(&Stream::V1(v1)).map_err(|e| format!("virtiofsd's format: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +387,93 @@ mod tests {
         assert!(decode(&b).is_none());
         let b = v2_stream();
         assert!(decode(&b[..b.len() - 1]).is_none());
+    }
+
+    /// What we write for virtiofsd reads back as the same nodes and open
+    /// files through the reader written from virtiofsd's description, with
+    /// the root first and one reference per child found by name added to
+    /// its parent.
+    #[test]
+    fn what_we_write_for_virtiofsd_is_its_version_1() {
+        use xvfs_fs::SessionState;
+        let mut fs = super::super::tests::sample_fs();
+        fs.inodes.push(MigratedInode {
+            id: 6,
+            refs: 1,
+            generation: 0,
+            file_type: Some(libc::S_IFREG),
+            location: Location::Invalid { why: "gone".into() },
+            verify: None,
+        });
+        let stream = MigrationStream {
+            writer_version: "0.3.0".into(),
+            session: Some(SessionState {
+                minor: 41,
+                flags: xvfs_fs::abi::init_flags::WRITEBACK_CACHE,
+            }),
+            fs,
+        };
+        let blob = encode(&stream).unwrap();
+        assert_eq!(blob[0], 0, "variant V1");
+        let (Stream::V1(v1), rest) = postcard::take_from_bytes::<Stream>(&blob).unwrap() else {
+            panic!("not V1");
+        };
+        assert!(rest.is_empty());
+        // The root: 2 + its one child by name ("dir" is a full path).
+        assert_eq!((v1.inodes[0].id, v1.inodes[0].refcount), (1, 2));
+        assert!(matches!(v1.inodes[0].location, InodeLocation::RootNode));
+        // "dir" (id 2, 3 lookups) holds "f" (id 4): 4 references.
+        let refs: HashMap<u64, u64> = v1.inodes.iter().map(|i| (i.id, i.refcount)).collect();
+        assert_eq!((refs[&2], refs[&4], refs[&6]), (4, 1, 1));
+        let Some(Received::Virtiofsd { fs, opts, version }) = decode(&blob) else {
+            panic!("not read back");
+        };
+        assert_eq!(version, 1);
+        assert!(opts.writeback && !opts.posix_acl);
+        assert_eq!((fs.next_id, fs.next_fh), (5, 3));
+        assert_eq!(fs.handles, stream.fs.handles);
+        let locations: Vec<_> = fs
+            .inodes
+            .iter()
+            .map(|i| (i.id, i.location.clone()))
+            .collect();
+        let want: Vec<_> = stream
+            .fs
+            .inodes
+            .iter()
+            .map(|i| match &i.location {
+                Location::Invalid { .. } => (
+                    i.id,
+                    Location::Invalid {
+                        why: "virtiofsd (the source) could not find it".into(),
+                    },
+                ),
+                l => (i.id, l.clone()),
+            })
+            .collect();
+        assert_eq!(locations, want);
+    }
+
+    #[test]
+    fn what_virtiofsd_cannot_read_is_refused_naming_the_node() {
+        let mut fs = super::super::tests::sample_fs();
+        fs.inodes[1].location = Location::Path {
+            parent: 2,
+            name: vec![0xff, 0xfe],
+        };
+        let stream = |fs| MigrationStream {
+            writer_version: "x".into(),
+            session: None,
+            fs,
+        };
+        let e = encode(&stream(fs)).unwrap_err();
+        assert!(e.contains("node 4") && e.contains("UTF-8"), "{e}");
+        let mut fs = super::super::tests::sample_fs();
+        fs.inodes[0].location = Location::Handle(FileHandle {
+            handle_type: 1,
+            bytes: vec![1; 8],
+        });
+        let e = encode(&stream(fs)).unwrap_err();
+        assert!(e.contains("node 2") && e.contains("find-paths"), "{e}");
     }
 }
