@@ -64,7 +64,7 @@ else
 $(error IMAGE must be debian or buildroot, not '$(IMAGE)')
 endif
 
-.PHONY: help deps build image vm test check test-matrix test-buildroot clean bench bench-quick upgrade-demo crash-demo bench-daemon deb fuzz
+.PHONY: help deps build image vm test check test-matrix test-buildroot clean bench bench-quick upgrade-demo crash-demo migrate-soak bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
@@ -86,6 +86,8 @@ help:
 	@echo 'make test-buildroot  build the Buildroot image (cached), run test_ops and test_filebench in it'
 	@echo 'make upgrade-demo  boot a guest with fio running, upgrade the daemon 20 times under it,'
 	@echo '             print the guest-visible pause and the error count'
+	@echo 'make migrate-soak  one VM moved N (100) times: xvirtiofsd <-> xvirtiofsd, to and from'
+	@echo '             virtiofsd, snapshot + restore, under fio verify; downtime per direction'
 	@echo 'make crash-demo  the same with --crash-restart and 20 kill -9 of the serving process,'
 	@echo '             then a kill inside each operation and the crash loop (tests/vm/test_crash.sh)'
 	@echo 'make fuzz    run each fuzz target (FUSE requests, virtqueues) for FUZZ_SECONDS (600) and'
@@ -138,6 +140,12 @@ test-buildroot: deps build
 
 upgrade-demo: deps build image
 	@tests/vm/test_upgrade.sh
+
+# One VM moved N times: xvirtiofsd <-> xvirtiofsd, to and from virtiofsd,
+# snapshot + restore (tests/vm/migrate_soak.sh). Not part of `make test`.
+N ?= 100
+migrate-soak: deps build image
+	@N=$(N) tests/vm/migrate_soak.sh
 
 crash-demo: deps build image
 	@tests/vm/test_crash.sh

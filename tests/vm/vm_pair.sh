@@ -13,6 +13,12 @@
 #   dest_runs NAME                   QEMU NAME runs its guest
 #   new_share DIR                    an empty share with keep ("before")
 #   cleanup                          kills everything started (trap EXIT)
+#   GUEST_SCRIPT (default)           fio verify, a 200/s request stream, a
+#                                    file held for reading and one for
+#                                    appending, the cwd in the share; at
+#                                    SHARE/done writes SHARE/results.txt
+#   check_guest SHARE LABEL          asserts those results
+#   pauses SHARE N LABEL             the N largest gaps of the stream
 
 PIDS=()
 declare -A QEMU_PID=()
@@ -153,3 +159,69 @@ new_share() {
     echo before >"$1/keep"
 }
 
+
+# shellcheck disable=SC2016 # expanded by the guest's shell, not here
+VM_PAIR_GUEST_SCRIPT='
+S=/mnt/shared
+R=$S/results.txt
+mkdir -p $S/work
+cd $S/work
+echo cwd-ok > here
+exec 3< $S/keep
+exec 4>> $S/append.log
+INO0=$(stat -c %i $S/keep)
+'"$WORKLOAD_STREAM"'( i=0; err=0
+  while [ ! -e $S/done ]; do
+    i=$((i+1)); echo "append $i" >&4 || err=$((err+1)); sleep 0.1
+  done
+  echo "appends=$i append-errors=$err" > /tmp/append.res ) &
+APP=$!
+touch $S/started
+while [ ! -e $S/done ]; do sleep 0.5; done
+wait $APP; wait $VER
+kill -INT $TICK; wait $TICK
+{ cat /tmp/append.res /tmp/verify.res
+  grep -o "err= *[0-9]*" /tmp/tick.out | sed "s/ //g; s/^/tick-/"
+  echo "kept-fd-content=$(cat <&3)"
+  echo "last-append-rc=$(echo final >&4; echo $?)"
+  echo "cwd-content=$(cat here)"
+  echo "cwd-pwd=$(pwd)"
+  echo "inode-same=$([ "$INO0" = "$(stat -c %i $S/keep)" ] && echo yes || echo no)"
+} > /tmp/res
+cp /tmp/res $R
+cp /tmp/tick_lat.1.log $S/tick_lat.log
+cat /tmp/res
+'
+GUEST_SCRIPT=${GUEST_SCRIPT:-$VM_PAIR_GUEST_SCRIPT}
+
+# The guest's result file, as KEY=VALUE fields.
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2" | head -n 1; }
+
+check_guest() { # check_guest SHARE LABEL
+    local r=$1/results.txt label=$2
+    [ -s "$r" ] || { fail "$label: the guest wrote no results"; return; }
+    assert_eq 0 "$(field append-errors "$r")" "$label: appends through the kept descriptor never failed"
+    assert_eq 0 "$(field last-append-rc "$r")" "$label: the append descriptor still works at the end"
+    assert_eq "$(($(field appends "$r") + 1))" "$(grep -c . "$1/append.log")" \
+        "$label: every appended line is on the host"
+    assert_eq 0 "$(field verify-failures "$r")" "$label: every fio crc32c verification passed"
+    assert_ok "$label: verification ran ($(field verify-runs "$r") runs)" test "$(field verify-runs "$r")" -gt 0
+    assert_eq 0 "$(field tick-err "$r")" "$label: request stream without I/O error"
+    assert_eq before "$(field kept-fd-content "$r")" "$label: the file opened before the first migration still reads"
+    assert_eq cwd-ok "$(field cwd-content "$r")" "$label: the working directory in the share still works"
+    assert_eq yes "$(field inode-same "$r")" "$label: inode number seen by the guest unchanged"
+}
+
+pauses() { # pauses SHARE N LABEL
+    [ -s "$1/tick_lat.log" ] || { echo "$3: no completion log from the request stream"; return 1; }
+    python3 - "$1/tick_lat.log" "$2" "$3" <<'PY'
+import statistics, sys
+times = sorted(int(l.split(",")[0]) for l in open(sys.argv[1]) if l.strip())
+gaps = sorted((b - a for a, b in zip(times, times[1:])), reverse=True)
+n = int(sys.argv[2])
+top = gaps[:n]
+print(f"{sys.argv[3]}: guest-visible pause over {n} migration(s) (largest gaps of a 200/s "
+      f"request stream): median {statistics.median(top)} ms, max {max(top)} ms; "
+      f"normal gap {statistics.median(gaps)} ms")
+PY
+}
