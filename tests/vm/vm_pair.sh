@@ -14,9 +14,11 @@
 #   new_share DIR                    an empty share with keep ("before")
 #   cleanup                          kills everything started (trap EXIT)
 #   GUEST_SCRIPT (default)           fio verify, a 200/s request stream, a
-#                                    file held for reading and one for
-#                                    appending, the cwd in the share; at
-#                                    SHARE/done writes SHARE/results.txt
+#                                    file held for reading (the guest's
+#                                    first open: virtiofsd's handle 0) and
+#                                    one for appending, the cwd in the
+#                                    share; at SHARE/done writes
+#                                    SHARE/results.txt
 #   check_guest SHARE LABEL          asserts those results
 #   pauses SHARE N LABEL             the N largest gaps of the stream
 
@@ -164,10 +166,10 @@ new_share() {
 VM_PAIR_GUEST_SCRIPT='
 S=/mnt/shared
 R=$S/results.txt
+exec 3< $S/keep
 mkdir -p $S/work
 cd $S/work
 echo cwd-ok > here
-exec 3< $S/keep
 exec 4>> $S/append.log
 INO0=$(stat -c %i $S/keep)
 '"$WORKLOAD_STREAM"'( i=0; err=0

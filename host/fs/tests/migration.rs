@@ -102,6 +102,24 @@ fn find_paths_round_trip_keeps_ids_counts_and_open_files() {
     assert!(d.lookup_ok(ROOT, "new").nodeid > s.file);
 }
 
+/// virtiofsd numbers its handles from 0: a guest that holds handle 0 on a
+/// virtiofsd source keeps it on this destination (found by the capture of
+/// virtiofsd's own state, tests/vm/capture_virtiofsd_sample.sh).
+#[test]
+fn handle_0_from_virtiofsd_is_kept() {
+    let s = source();
+    let mut st = through_wire(&s.h.fs().migration_state(SaveOptions {
+        file_handles: false,
+        verify_handles: false,
+    }));
+    let h = st.handles.iter_mut().find(|h| h.fh == s.fh).unwrap();
+    h.fh = 0;
+    let d = destination(&s);
+    let report = d.fs().load_migration(&st, true).unwrap();
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(read(&d, s.file, 0), (0, b"payload".to_vec()));
+}
+
 #[test]
 fn a_renamed_file_is_found_by_its_new_path() {
     let s = source();

@@ -113,6 +113,23 @@ fn fault(blob: Vec<u8>) -> Vec<u8> {
     blob
 }
 
+/// Test hook: with the `fault-injection` feature and
+/// `XVFS_MIGRATION_DUMP=PATH`, a destination writes the device state it
+/// received to PATH (inside its sandbox: the share), so that a test can
+/// keep what another daemon wrote (virtiofsd's samples,
+/// `tests/vm/capture_virtiofsd_sample.sh`).
+#[cfg(feature = "fault-injection")]
+fn dump(blob: &[u8]) {
+    if let Some(path) = std::env::var_os("XVFS_MIGRATION_DUMP") {
+        if let Err(e) = std::fs::write(&path, blob) {
+            warn!("migration: cannot dump the device state: {e}");
+        }
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn dump(_: &[u8]) {}
+
 /// Applies a received state (ours or virtiofsd's) to a server that has not
 /// served this guest yet.
 pub fn load(
@@ -121,6 +138,7 @@ pub fn load(
     blob: &[u8],
 ) -> Result<LoadReport, MigrationError> {
     let abort = cfg.on_error == MigrationOnError::Abort;
+    dump(blob);
     let (fs, session) = match migration::decode(blob)? {
         Received::Ours(s) => {
             info!("migration: state from xvirtiofsd {}", s.writer_version);

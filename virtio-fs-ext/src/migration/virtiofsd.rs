@@ -117,7 +117,26 @@ pub(super) fn decode(blob: &[u8]) -> Option<Received> {
         Stream::V1(v1) => (v1, 1),
         Stream::V2(v2) => (v2.v1, 2),
     };
-    let inodes = v1.inodes.into_iter().filter_map(convert_inode).collect();
+    // virtiofsd's count includes one reference per node found by name in
+    // it; ours is the guest's lookups only (at least one: a directory the
+    // guest forgot but whose children it holds stays).
+    let mut children: HashMap<u64, u64> = HashMap::new();
+    for i in &v1.inodes {
+        if let InodeLocation::Path { parent, .. } = &i.location {
+            *children.entry(*parent).or_default() += 1;
+        }
+    }
+    let inodes = v1
+        .inodes
+        .into_iter()
+        .filter_map(|i| {
+            let within = children.get(&i.id).copied().unwrap_or(0);
+            convert_inode(i).map(|mut m| {
+                m.refs = m.refs.saturating_sub(within).max(1);
+                m
+            })
+        })
+        .collect();
     let handles = v1
         .handles
         .into_iter()
@@ -452,6 +471,9 @@ mod tests {
             })
             .collect();
         assert_eq!(locations, want);
+        let refs_back: Vec<u64> = fs.inodes.iter().map(|i| i.refs).collect();
+        let refs_ours: Vec<u64> = stream.fs.inodes.iter().map(|i| i.refs).collect();
+        assert_eq!(refs_back, refs_ours, "lookup counts survive the round trip");
     }
 
     #[test]

@@ -561,7 +561,8 @@ fn check_state(st: &MigrationFs, max_open: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// Node and handle ids must be in range and unique.
+/// Node and handle ids must be in range and unique. Handle 0 is one:
+/// virtiofsd numbers its handles from 0, and a guest may hold that one.
 fn check_ids(st: &MigrationFs) -> Result<(), Error> {
     let mut ids = HashSet::new();
     for m in &st.inodes {
@@ -571,7 +572,7 @@ fn check_ids(st: &MigrationFs) -> Result<(), Error> {
     }
     let mut fhs = HashSet::new();
     for h in &st.handles {
-        if h.fh == 0 || h.fh >= 1 << 62 || !fhs.insert(h.fh) {
+        if h.fh >= 1 << 62 || !fhs.insert(h.fh) {
             return Err(bad(format!("bad or duplicate handle {}", h.fh)));
         }
     }

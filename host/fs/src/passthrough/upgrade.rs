@@ -314,7 +314,7 @@ impl PassthroughFs {
     fn restore_handles(&self, handles: &[HandleState], fds: &mut Fds) -> Result<(), Error> {
         let mut fhs = HashSet::new();
         for h in handles {
-            if h.fh == 0 || h.fh >= 1 << 62 || !fhs.insert(h.fh) {
+            if h.fh >= 1 << 62 || !fhs.insert(h.fh) {
                 return Err(bad(format!("bad or duplicate handle {}", h.fh)));
             }
             let inode = self
