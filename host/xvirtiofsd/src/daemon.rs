@@ -85,6 +85,19 @@ pub enum ServeError {
 
 /// A successor's settings that are not part of the state: from its own
 /// command line only.
+/// Where the state a process adopts ([`Daemon::adopt`]) comes from. (A
+/// fresh start adopts nothing: [`Daemon::fresh`].)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A live upgrade: the predecessor sent its state over the control
+    /// socket and waits for the confirmation; it keeps serving on an error.
+    Upgrade,
+    /// A crash restart: the state is the holder's last checkpoint of the
+    /// process that died, the file system is in the journal, and the rings'
+    /// positions are read back from guest memory.
+    CrashRestart,
+}
+
 pub struct Own {
     /// Capabilities to keep ([`crate::caps::mask`]).
     pub caps: u64,
@@ -259,37 +272,36 @@ impl Daemon {
             joined: None,
             prepared,
         };
-        Daemon::adopt(inc, wake_cost, own, Some(link), true)
+        Daemon::adopt(inc, wake_cost, own, Some(link), Origin::CrashRestart)
     }
 
     /// Continues a predecessor's work from the state it sent: restores the
     /// device and file system, confirms, and starts the queues. On an error
     /// before confirming, the predecessor is told and keeps serving.
-    /// `own` holds what comes from the successor's own command line only.
-    /// `crashed`: the predecessor crashed (the state is the holder's
-    /// checkpoint, the file system is in the journal).
+    /// `own` holds what comes from the successor's own command line only;
+    /// `origin` says whether the predecessor handed over or crashed.
     pub fn adopt(
         mut inc: Incoming,
         wake_cost: Duration,
         mut own: Own,
         link: Option<HolderLink>,
-        crashed: bool,
+        origin: Origin,
     ) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
         logger::init(st.settings.serving.log_level);
         let notifier = own.prepared.notifier.take();
         let dev_null = own.prepared.dev_null.take();
-        if crashed {
+        match origin {
             // The holder's child: in the holder's cgroups already.
-        } else if own.joined == Some(st.writer_pid) {
+            Origin::CrashRestart => {}
             // Joined before the handover began (the pid is only believed
             // if that process held the vhost-user connection then).
-        } else {
-            warn!(
+            Origin::Upgrade if own.joined == Some(st.writer_pid) => {}
+            Origin::Upgrade => warn!(
                 "the cgroups of pid {} were not joined before the handover (it did not hold \
                  the connection its status named): they are not joined",
                 st.writer_pid
-            );
+            ),
         }
         let pid_files: Vec<OwnedFd> = st
             .pid_file_fds
@@ -298,7 +310,7 @@ impl Daemon {
             .filter(|_| link.is_none())
             .collect();
         let journal = link.as_ref().map(HolderLink::journal);
-        let restored = match restore(&mut inc, &st, wake_cost, own, link.as_ref(), crashed) {
+        let restored = match restore(&mut inc, &st, wake_cost, own, link.as_ref(), origin) {
             Ok(r) => r,
             Err(e) => {
                 inc.fail(&error_chain(&e));
@@ -326,7 +338,7 @@ impl Daemon {
         dev.resume()?;
         dev.notify_started();
         let pid_files = take_pid_files(pid_files);
-        if crashed {
+        if origin == Origin::CrashRestart {
             info!(
                 "crash restart: now serving as pid {} (restart {})",
                 sandbox::daemon_pid(),
@@ -358,7 +370,7 @@ impl Daemon {
         let status = StatusInfo {
             version: cli::VERSION,
             started_unix_ms: st.started_unix_ms,
-            upgrades: st.upgrades + u32::from(!crashed),
+            upgrades: st.upgrades + u32::from(origin == Origin::Upgrade),
             shared_dir: st.settings.security.shared_dir.clone(),
             connection: sys::socket_ident(conn.stream().as_fd()),
             control_path: st.control_path.clone().unwrap_or_default(),
@@ -577,8 +589,9 @@ fn restore(
     wake_cost: Duration,
     own: Own,
     link: Option<&HolderLink>,
-    crashed: bool,
+    origin: Origin,
 ) -> Result<Restored, SetupError> {
+    let crashed = origin == Origin::CrashRestart;
     let journal = link.map(HolderLink::journal);
     if let Some(i) = st.log_fd {
         let log = inc
@@ -591,7 +604,7 @@ fn restore(
     let migration_target = own.migration_target;
     let p = own.prepared;
     let max_open = max_open(own.max_open, p.limit)?;
-    let fs = restore_fs(inc, st, max_open, p.dir, link, crashed)?;
+    let fs = restore_fs(inc, st, max_open, p.dir, link, origin)?;
     if crashed {
         // The journal's file handles are open: CAP_DAC_READ_SEARCH goes,
         // unless the command line keeps it.
@@ -642,10 +655,10 @@ fn restore_fs(
     max_open: usize,
     dir: SharedDir,
     link: Option<&HolderLink>,
-    crashed: bool,
+    origin: Origin,
 ) -> Result<PassthroughFs, SetupError> {
     let cfg = fs_config(&st.settings, max_open)?;
-    let fs = match link.filter(|_| crashed) {
+    let fs = match link.filter(|_| origin == Origin::CrashRestart) {
         Some(l) => {
             let mut fs = PassthroughFs::on(cfg, dir).map_err(SetupError::Fs)?;
             let report = fs

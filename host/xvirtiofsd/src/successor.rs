@@ -13,7 +13,7 @@ use log::warn;
 use crate::checkpoint::HolderLink;
 use crate::cli::Opt;
 use crate::confine::{self, caps_mask, Prepared};
-use crate::daemon::{canonical_shared_dir, own_settings, Daemon, Own, SetupError};
+use crate::daemon::{canonical_shared_dir, own_settings, Daemon, Origin, Own, SetupError};
 use crate::queue::measure_wake_cost;
 use crate::{control, logger, upgrade};
 
@@ -60,7 +60,7 @@ fn take_over(
         joined,
         prepared,
     };
-    Daemon::adopt(inc, wake_cost, own, link, false)
+    Daemon::adopt(inc, wake_cost, own, link, Origin::Upgrade)
 }
 
 /// Asks the running daemon (on `peer`, a checked control connection) for
