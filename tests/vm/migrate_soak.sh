@@ -74,13 +74,9 @@ for s in $(seq 1 "$N"); do
     case $step in
         4)
             t0=$(date +%s%3N)
-            rm -f "$VMT_DIR/vm.state"
-            RES=$(python3 "$QMP" "$VMT_DIR/$cur.qmp" migrate "file:$VMT_DIR/vm.state" 300 2>&1) || true
-            python3 "$QMP" "$VMT_DIR/$cur.qmp" quit >/dev/null 2>&1 || true
-            wait "${QEMU_PID[$cur]}" 2>/dev/null || true
+            snapshot "$cur" "$VMT_DIR/vm.state"
             if [[ $RES == completed* ]]; then
-                start_vm "$to" "file:$VMT_DIR/vm.state"
-                if dest_runs "$to"; then
+                if restore "$to" "$VMT_DIR/vm.state"; then
                     RES="completed $(($(date +%s%3N) - t0))"
                 else
                     RES="failed (restore: $(tail -n 1 "$VMT_DIR/$to.qemu.log"))"

@@ -75,27 +75,6 @@ log_within() {
     return 1
 }
 
-field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2" | head -n 1; }
-
-# snapshot NAME FILE: saves the VM of QEMU NAME to FILE, then quits it and
-# stops its daemon. Sets RES as migrate does.
-snapshot() {
-    local name=$1 file=$2 pid
-    rm -f "$file"
-    RES=$(python3 "$QMP" "$VMT_DIR/$name.qmp" migrate "file:$file" 300 2>&1) || true
-    python3 "$QMP" "$VMT_DIR/$name.qmp" quit >/dev/null 2>&1 || true
-    pid=${QEMU_PID[$name]}
-    wait "$pid" 2>/dev/null || true
-    pkill -9 -f -- "--socket-path $VMT_DIR/$name.sock" 2>/dev/null || true
-}
-
-# restore NAME FILE: a new QEMU NAME loading FILE (its daemon runs already);
-# true once its guest runs.
-restore() {
-    start_vm "$1" "file:$2"
-    dest_runs "$1"
-}
-
 SHARE=$VMT_DIR/share
 new_share "$SHARE"
 echo "still here" >"$SHARE/victim"

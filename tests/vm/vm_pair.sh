@@ -10,6 +10,8 @@
 #   guest_started SHARE NAME LABEL   waits for SHARE/started
 #   wait_file FILE [SECONDS] [PID]
 #   migrate FROM TO                  live migration to a new QEMU TO
+#   snapshot NAME FILE               save QEMU NAME's VM to FILE, stop both
+#   restore NAME FILE                a new QEMU NAME loads FILE
 #   dest_runs NAME                   QEMU NAME runs its guest
 #   new_share DIR                    an empty share with keep ("before")
 #   cleanup                          kills everything started (trap EXIT)
@@ -139,6 +141,26 @@ migrate() {
         kill "$pid" 2>/dev/null || true
     fi
     wait "$pid" 2>/dev/null || true
+}
+
+# snapshot NAME FILE: saves the VM of QEMU NAME to FILE (migrate file:),
+# then quits that QEMU and stops its daemon. Sets RES as migrate does.
+snapshot() {
+    local name=$1 file=$2 pid
+    rm -f "$file"
+    # shellcheck disable=SC2034 # the caller reads it
+    RES=$(python3 "$QMP" "$VMT_DIR/$name.qmp" migrate "file:$file" 300 2>&1) || true
+    python3 "$QMP" "$VMT_DIR/$name.qmp" quit >/dev/null 2>&1 || true
+    pid=${QEMU_PID[$name]}
+    wait "$pid" 2>/dev/null || true
+    pkill -9 -f -- "--socket-path $VMT_DIR/$name.sock" 2>/dev/null || true
+}
+
+# restore NAME FILE: a new QEMU NAME loading FILE (-incoming file:; its
+# daemon runs already); true once its guest runs.
+restore() {
+    start_vm "$1" "file:$2"
+    dest_runs "$1"
 }
 
 # dest_runs NAME: true once QEMU NAME runs the migrated guest; false when it
