@@ -78,8 +78,8 @@ help:
 	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
 	@echo '             QEMU=7.2|10.0|11.1 KERNEL=6.1|6.12|7 pick the runtime (make deps / image install them)'
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
-	@echo 'make check   the inner loop: fmt, clippy, cargo test, shellcheck, SPDX lines (no deps,'
-	@echo '             image or VM; tests/run-all.sh --check)'
+	@echo 'make check   the inner loop: fmt, clippy, cargo test, shellcheck, SPDX lines, import'
+	@echo '             cycles (no deps, image or VM; tests/run-all.sh --check)'
 	@echo 'make test-matrix  MATRIX_TESTS for each pair of MATRIX_QEMU x MATRIX_KERNELS: a table of'
 	@echo '             passed / failed / n/a (with the reason), "N passed, M failed";'
 	@echo '             report in build/test-logs/matrix-<date>.md (tests/matrix.sh --help)'

@@ -8,10 +8,12 @@
 # of cargo test, and the assertions of each VM test. Ends with the line
 # "N passed, M failed"; exits non-zero on any failure.
 #
-# An SPDX line in every source file (tests/spdx.sh) is one more step.
+# An SPDX line in every source file (tests/spdx.sh) is one more step, and
+# no import cycle between modules (tests/import_cycles.py) another.
 #
 # `tests/run-all.sh --check` (make check): only fmt, clippy, cargo test,
-# the shell-script lint and SPDX: no deps, guest image, fuzzing or VM.
+# the shell-script lint, SPDX and import cycles: no deps, guest image,
+# fuzzing or VM.
 #
 # Then the newest runtimes (issue 31): test_ops, test_upgrade and
 # test_migrate once more on QEMU 11.1 (trixie-backports) with the newest 7.x
@@ -142,6 +144,7 @@ main() {
     fi
     step_shellcheck
     step_simple spdx tests/spdx.sh
+    step_simple import-cycles python3 tests/import_cycles.py
     if [ "${1:-}" = --check ]; then
         say "make check: the fuzz targets and VM tests did not run (make test runs them)"
     elif [ "${XVFS_SKIP_VM:-0}" = 1 ]; then
