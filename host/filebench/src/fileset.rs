@@ -404,7 +404,7 @@ impl Fileset {
                     }
                     p = self
                         .released
-                        .wait_timeout(p, crate::shared::TICK)
+                        .wait_timeout(p, crate::tick::TICK)
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
                 }
@@ -435,7 +435,7 @@ impl Fileset {
             }
             p = self
                 .released
-                .wait_timeout(p, crate::shared::TICK)
+                .wait_timeout(p, crate::tick::TICK)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }

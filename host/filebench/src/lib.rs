@@ -25,6 +25,7 @@ pub mod sem;
 pub mod shared;
 pub mod stats;
 pub mod sys;
+pub mod tick;
 pub mod value;
 
 pub use engine::{Engine, Options, RunResult};

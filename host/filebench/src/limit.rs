@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::shared::TICK;
+use crate::tick::TICK;
 
 /// What one `bwlimit` event is worth (Filebench's `MB`).
 pub const BW_EVENT_BYTES: u64 = 1 << 20;

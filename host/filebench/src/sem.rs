@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crate::shared::TICK;
+use crate::tick::TICK;
 
 #[derive(Debug, Default)]
 struct Counts {

@@ -2,7 +2,7 @@
 //! State the threads of a run share: the stop flag, why the run ended,
 //! semaphores ([`crate::sem`]), block/wakeup points and the event
 //! generator ([`crate::limit`]).
-//! Every wait here wakes up at least every [`TICK`] to look at the stop flag,
+//! Every wait here wakes up at least every [`TICK`](crate::tick::TICK) to look at the stop flag,
 //! so a run always ends within its run time (if it has one) plus a bounded
 //! shutdown.
 
@@ -14,9 +14,7 @@ use std::time::Duration;
 use crate::ast::QuitMode;
 use crate::limit::EventGen;
 use crate::sem::SemPair;
-
-/// The longest any wait sleeps before it looks at the stop flag again.
-pub const TICK: Duration = Duration::from_millis(20);
+use crate::tick::TICK;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use super::{Res, Worker};
 use crate::ast::FlowopKind;
 use crate::limit::Unit;
-use crate::shared::{End, TICK};
+use crate::shared::End;
+use crate::tick::TICK;
 
 impl Worker {
     pub(super) fn delay(&mut self, i: usize) -> Res {
