@@ -16,7 +16,7 @@
 //! The specification is `docs/migration.md` in the repository.
 
 use serde::{Deserialize, Serialize};
-use xvfs_fs::passthrough::state::MigrationFs;
+use xvfs_fs::state::MigrationFs;
 use xvfs_fs::SessionState;
 
 use crate::frame::{self, FrameError};
@@ -154,7 +154,7 @@ pub fn decode(blob: &[u8]) -> Result<Received, MigrationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xvfs_fs::passthrough::state::{Location, MigratedHandle, MigratedInode};
+    use xvfs_fs::state::{Location, MigratedHandle, MigratedInode};
 
     pub(crate) fn sample_fs() -> MigrationFs {
         MigrationFs {
@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_file_handle_longer_than_max_handle_sz_does_not_decode() {
-        use xvfs_fs::passthrough::state::{FileHandle, MAX_HANDLE_SZ};
+        use xvfs_fs::state::{FileHandle, MAX_HANDLE_SZ};
         let with_handle = |len: usize| {
             let mut s = sample();
             s.fs.inodes[1].location = Location::Handle(FileHandle {

@@ -21,7 +21,7 @@ pub mod v7;
 pub mod v8;
 
 use serde::{Deserialize, Serialize};
-use xvfs_fs::passthrough::state::FsState;
+use xvfs_fs::state::FsState;
 use xvfs_fs::SessionState;
 
 use crate::frame::{self, FrameError};
@@ -223,7 +223,7 @@ pub(crate) mod tests {
     use crate::config::{CacheMode, CrashRestartKeep};
     use crate::parts::PartError;
     use crate::settings::{Operations, Security, Serving};
-    use xvfs_fs::passthrough::state::FsState;
+    use xvfs_fs::state::FsState;
 
     pub(crate) fn sample() -> DaemonState {
         DaemonState {

@@ -25,7 +25,7 @@ use virtio_fs_ext::migration::{self, MigrationStream, Received, MIGRATION_VERSIO
 use virtio_fs_ext::settings::Settings;
 use virtio_fs_ext::state::v7::ConfigState;
 use virtio_fs_ext::state::{DaemonState, DeviceState, RegionState, VringState};
-use xvfs_fs::passthrough::state::{
+use xvfs_fs::state::{
     FileHandle, FsState, HandleState, InodeState, Location, LockState, MigratedHandle,
     MigratedInode, MigrationFs,
 };
@@ -388,7 +388,7 @@ fn tempfile() -> std::fs::File {
 /// destination from that reads back as the same nodes and files.
 #[test]
 fn virtiofsds_own_samples_read_and_round_trip() {
-    use xvfs_fs::passthrough::state::Location;
+    use xvfs_fs::state::Location;
     let mut seen = 0;
     for entry in std::fs::read_dir(golden("")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();

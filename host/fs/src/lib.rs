@@ -34,6 +34,7 @@ pub mod ids;
 pub mod journal;
 pub mod memfs;
 pub mod passthrough;
+pub mod state;
 mod sys;
 
 pub use fuse::server::Server;

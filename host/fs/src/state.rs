@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Serializable state of a [`PassthroughFs`](super::PassthroughFs), for live
+//! Serializable state of a [`PassthroughFs`](crate::PassthroughFs), for live
 //! upgrade.
 //!
 //! The FUSE session is not part of it: the server saves that
@@ -7,7 +7,7 @@
 //!
 //! Only plain data lives here; descriptors travel beside it (over SCM_RIGHTS)
 //! and are referred to by index. Everything read back is untrusted:
-//! [`PassthroughFs::restore`](super::PassthroughFs::restore) checks every field
+//! [`PassthroughFs::restore`](crate::PassthroughFs::restore) checks every field
 //! against the descriptors it is handed.
 
 use std::os::fd::RawFd;

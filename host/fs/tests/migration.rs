@@ -8,10 +8,10 @@ mod common;
 
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
-use xvfs_fs::passthrough::state::{
+use xvfs_fs::passthrough::SaveOptions;
+use xvfs_fs::state::{
     FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
 };
-use xvfs_fs::passthrough::SaveOptions;
 use xvfs_fs::PassthroughFs;
 
 use std::os::fd::AsRawFd;

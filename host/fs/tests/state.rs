@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use xvfs_fs::abi::{self, opcode, Wire};
-use xvfs_fs::passthrough::state::{FsSnapshot, FsState};
+use xvfs_fs::state::{FsSnapshot, FsState};
 use xvfs_fs::{PassthroughFs, PassthroughServer as Server};
 
 const ROOT: u64 = abi::ROOT_ID;

@@ -25,8 +25,8 @@ use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic};
 use xvfs_fs::io::{SliceReader, VecWriter};
 use xvfs_fs::{CachePolicy, Config, PassthroughFs, PassthroughServer, Server};
-use xvirtiofsd::mem::GuestMemoryMmap;
-use xvirtiofsd::queue::{serve_once, RingConfig};
+use xvirtiofsd::virtqueue::mem::GuestMemoryMmap;
+use xvirtiofsd::virtqueue::worker::{serve_once, RingConfig};
 
 const MEM: usize = 0x10000;
 const DESC: u64 = 0;

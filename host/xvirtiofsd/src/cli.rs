@@ -11,12 +11,7 @@ pub use virtio_fs_ext::config::{
     Negotiation, PollMode, SandboxMode, SeccompAction,
 };
 
-/// `--version`: the package version, with the build tag if one was set.
-pub const VERSION: &str = env!("XVFS_VERSION");
-/// The git commit this build is of.
-pub const COMMIT: &str = env!("XVFS_COMMIT");
-/// `-V`: the version and the commit.
-pub const VERSION_LINE: &str = concat!(env!("XVFS_VERSION"), " (commit ", env!("XVFS_COMMIT"), ")");
+pub use crate::{COMMIT, VERSION, VERSION_LINE};
 
 /// `--version`: the version, the commit, and each encoded format this
 /// build writes and the versions it reads (docs/live-upgrade.md,
@@ -564,7 +559,7 @@ pub enum CliError {
     #[error("--translate-uid/--translate-gid: {0}")]
     Translate(xvfs_fs::ids::RuleError),
     #[error("--uid-map/--gid-map: {0}")]
-    IdMap(#[from] crate::idmap::IdMapError),
+    IdMap(#[from] crate::confine::idmap::IdMapError),
     #[error("--uid-map/--gid-map need --sandbox namespace (a user namespace does the mapping)")]
     IdMapSandbox,
     #[error(
@@ -674,8 +669,8 @@ impl Opt {
             self.log_level = LogLevel::Debug;
         }
         if !self.uid_map.is_empty() || !self.gid_map.is_empty() {
-            crate::idmap::parse(&self.uid_map)?;
-            crate::idmap::parse(&self.gid_map)?;
+            crate::confine::idmap::parse(&self.uid_map)?;
+            crate::confine::idmap::parse(&self.gid_map)?;
             if self.sandbox != SandboxMode::Namespace {
                 return Err(CliError::IdMapSandbox);
             }
@@ -719,7 +714,7 @@ impl Opt {
             }
         }
         if let Some(m) = &self.modcaps {
-            crate::caps::mask(Some(m)).map_err(|e| CliError::ModCaps(e.to_string()))?;
+            crate::confine::caps::mask(Some(m)).map_err(|e| CliError::ModCaps(e.to_string()))?;
             let removed = m.split(':').any(|c| {
                 let c = c.trim().to_ascii_lowercase();
                 c.strip_prefix('-')
@@ -750,14 +745,14 @@ impl Opt {
 
 impl Opt {
     /// The user namespace the daemon runs in (`--sandbox namespace` only):
-    /// see [`crate::idmap::IdMaps::plan`]. Call after [`Opt::resolve`].
-    pub fn id_maps(&self) -> Option<crate::idmap::IdMaps> {
+    /// see [`crate::confine::idmap::IdMaps::plan`]. Call after [`Opt::resolve`].
+    pub fn id_maps(&self) -> Option<crate::confine::idmap::IdMaps> {
         if self.sandbox != SandboxMode::Namespace {
             return None;
         }
-        let uid = crate::idmap::parse(&self.uid_map).unwrap_or_default();
-        let gid = crate::idmap::parse(&self.gid_map).unwrap_or_default();
-        crate::idmap::IdMaps::plan(uid, gid)
+        let uid = crate::confine::idmap::parse(&self.uid_map).unwrap_or_default();
+        let gid = crate::confine::idmap::parse(&self.gid_map).unwrap_or_default();
+        crate::confine::idmap::IdMaps::plan(uid, gid)
     }
 
     /// Every virtiofsd option this daemon cannot honour is refused, never

@@ -7,38 +7,27 @@
 //! [`chain`] (descriptor chain as request/reply) → `xvfs_fs::Server` (FUSE) →
 //! `xvfs_fs::PassthroughFs` (host directory) → reply → used ring.
 
-#[cfg(feature = "fault-injection")]
-pub mod attack;
-pub mod caps;
-pub mod cgroup;
-pub mod chain;
-pub mod checkpoint;
 pub mod cli;
 pub mod confine;
-pub mod control;
+pub mod crash_restart;
 pub mod daemon;
-pub mod dirty_log;
-pub mod holder;
-pub mod idmap;
-pub mod keeper;
-pub mod logger;
-pub mod mem;
-pub mod metrics;
-pub mod metrics_file;
+pub mod error;
 pub mod migration;
-pub mod poll;
-pub mod queue;
-pub mod record;
-pub mod replay;
-pub mod sandbox;
-pub mod service_manager;
+pub mod ops;
 pub mod settings;
+pub mod setup;
 pub mod socket;
-pub mod successor;
 pub mod sys;
-pub mod trust;
 pub mod upgrade;
 pub mod vhost_user;
+pub mod virtqueue;
+
+/// `--version`: the package version, with the build tag if one was set.
+pub const VERSION: &str = env!("XVFS_VERSION");
+/// The git commit this build is of.
+pub const COMMIT: &str = env!("XVFS_COMMIT");
+/// `-V`: the version and the commit.
+pub const VERSION_LINE: &str = concat!(env!("XVFS_VERSION"), " (commit ", env!("XVFS_COMMIT"), ")");
 
 /// The FUSE server the queues serve: the one name for it in this crate.
 pub type FsServer = xvfs_fs::PassthroughServer;

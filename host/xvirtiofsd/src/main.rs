@@ -18,12 +18,15 @@ use std::time::Duration;
 use clap::Parser;
 use log::{error, warn};
 
-use xvirtiofsd::checkpoint::HolderLink;
 use xvirtiofsd::cli::{self, Opt};
-use xvirtiofsd::control;
+use xvirtiofsd::confine::sandbox;
+use xvirtiofsd::crash_restart::checkpoint::HolderLink;
+use xvirtiofsd::crash_restart::holder;
 use xvirtiofsd::daemon::{self, Daemon, ServeError};
-use xvirtiofsd::{error_chain, holder, logger, sandbox, sys};
-use xvirtiofsd::{record, upgrade};
+use xvirtiofsd::ops::control;
+use xvirtiofsd::ops::logger;
+use xvirtiofsd::upgrade::{handover, record};
+use xvirtiofsd::{error_chain, sys};
 
 /// Exit status: a runtime error ended serving.
 const EXIT_RUNTIME: u8 = 1;
@@ -269,7 +272,7 @@ fn upgrade_command(args: &[String]) -> ExitCode {
         );
         return ExitCode::from(EXIT_RUNTIME);
     }
-    match upgrade::run_client(
+    match handover::run_client(
         &path,
         &binary,
         &o.daemon_args,
@@ -281,7 +284,7 @@ fn upgrade_command(args: &[String]) -> ExitCode {
             // file, a service manager) never sees two daemons. The new one
             // serves already: this wait costs the guest nothing.
             if let Some(old) = before.as_deref().and_then(control::status_pid) {
-                if !upgrade::wait_exited(old, OLD_DAEMON_EXIT_WAIT) {
+                if !handover::wait_exited(old, OLD_DAEMON_EXIT_WAIT) {
                     eprintln!(
                         "xvirtiofsd upgrade: warning: the old daemon (pid {old}) is still \
                          running {} s after the handover",

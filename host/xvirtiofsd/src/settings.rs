@@ -8,15 +8,14 @@ use std::time::Duration;
 
 use log::info;
 use virtio_fs_ext::settings::{Operations, Security, Serving, Settings};
-use xvfs_fs::passthrough::XattrMap;
+use xvfs_fs::passthrough::{XattrMap, XattrMapError};
 use xvfs_fs::Config;
 
 use crate::cli::{Negotiation, Opt, PollMode};
-use crate::daemon::SetupError;
 use crate::migration::MigrationConfig;
-use crate::queue::PollConfig;
 use crate::sys;
 use crate::vhost_user::DeviceConfig;
+use crate::virtqueue::worker::PollConfig;
 
 /// The settings a daemon runs with, parsed once from its command line
 /// (what a live upgrade or a crash restart hands on).
@@ -71,11 +70,27 @@ pub(crate) fn from_options(opt: &Opt, shared_dir: &Path) -> Settings {
     }
 }
 
+/// The command line's values that make no valid settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("invalid --xattrmap")]
+    XattrMap(#[from] XattrMapError),
+    #[error("invalid --translate-uid/--translate-gid")]
+    Translate(#[source] xvfs_fs::ids::RuleError),
+    #[error(
+        "--xattrmap renames security.capability, which the host kernel would then not clear \
+         on write or chown; map it to itself (an `ok` rule) or hide it (`bad`)"
+    )]
+    CapabilityRemapped,
+    #[error("--max-open {0}: must be from 1 to {1} (the open-file limit {2} minus headroom)")]
+    MaxOpen(usize, usize, u64),
+}
+
 /// The cap on inodes plus open handles: `--max-open`, or by default the
 /// open-file limit minus headroom for the daemon's own descriptors (guest
 /// memory, eventfds, sockets, a successor's transfer): an eighth of the
 /// limit, at least 1024, or half of a small limit.
-pub(crate) fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, SetupError> {
+pub(crate) fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, SettingsError> {
     let limit_n = usize::try_from(limit).unwrap_or(usize::MAX);
     let headroom = if limit_n > 4096 {
         (limit_n / 8).max(1024)
@@ -86,15 +101,15 @@ pub(crate) fn max_open(requested: Option<usize>, limit: u64) -> Result<usize, Se
     match requested {
         None => Ok(most),
         Some(n) if (1..=most).contains(&n) => Ok(n),
-        Some(n) => Err(SetupError::MaxOpen(n, most, limit)),
+        Some(n) => Err(SettingsError::MaxOpen(n, most, limit)),
     }
 }
 
-pub(crate) fn fs_config(s: &Settings, max_open: usize) -> Result<Config, SetupError> {
+pub(crate) fn fs_config(s: &Settings, max_open: usize) -> Result<Config, SettingsError> {
     let (c, srv) = (&s.security, &s.serving);
     let xattrmap = c.xattrmap.as_deref().map(XattrMap::parse).transpose()?;
     if xattrmap.as_ref().is_some_and(XattrMap::remaps_capability) {
-        return Err(SetupError::CapabilityRemapped);
+        return Err(SettingsError::CapabilityRemapped);
     }
     Ok(Config {
         root_dir: PathBuf::from(&c.shared_dir),
@@ -118,7 +133,7 @@ pub(crate) fn fs_config(s: &Settings, max_open: usize) -> Result<Config, SetupEr
         flock: c.flock,
         inode_file_handles: c.inode_file_handles.into(),
         ids: xvfs_fs::ids::Translation::parse(&c.translate_uid, &c.translate_gid)
-            .map_err(SetupError::Translate)?,
+            .map_err(SettingsError::Translate)?,
     })
 }
 

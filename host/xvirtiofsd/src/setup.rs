@@ -25,10 +25,11 @@ use virtio_fs_ext::settings::Settings;
 use xvfs_fs::passthrough::SharedDir;
 
 use crate::cli::{Opt, SandboxMode};
-use crate::metrics_file::MetricsWriter;
-use crate::service_manager::Notifier;
+use crate::confine::{caps, sandbox};
+use crate::ops::metrics_file::MetricsWriter;
+use crate::ops::service_manager::Notifier;
 use crate::settings::from_options;
-use crate::{caps, sandbox, sys};
+use crate::sys;
 
 /// `CAP_DAC_READ_SEARCH`: `open_by_handle_at(2)`.
 pub const CAP_DAC_READ_SEARCH: u64 = 1 << 2;
@@ -100,7 +101,7 @@ pub fn confine(c: &Settings, caps: u64, extra_caps: u64) -> Result<SharedDir, Co
     )?;
     info!("the shared directory was opened from inside the sandbox");
     #[cfg(feature = "fault-injection")]
-    crate::attack::arm();
+    crate::confine::attack::arm();
     Ok(dir)
 }
 

@@ -260,7 +260,7 @@ impl StderrOf for Child {
 #[test]
 fn the_seccomp_filter_kills_an_execve() {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let prog = xvirtiofsd::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
+    let prog = xvirtiofsd::confine::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
     let mut cmd = Command::new("/bin/true");
     // SAFETY: the closure only makes the two system calls of
     // seccomp_install on a program built before fork; it allocates nothing.
@@ -298,7 +298,7 @@ fn with_the_daemons_capabilities_other_roots_are_unreachable() {
         ls().status().unwrap().success(),
         "control: full capabilities"
     );
-    let mask = xvirtiofsd::caps::mask(None).unwrap();
+    let mask = xvirtiofsd::confine::caps::mask(None).unwrap();
     let mut confined = ls();
     // SAFETY: the closure only makes prctl calls; it allocates nothing.
     unsafe {
@@ -330,7 +330,7 @@ fn with_the_daemons_capabilities_other_roots_are_unreachable() {
 #[test]
 fn the_seccomp_filter_restricts_ioctl_socket_and_clone_by_argument() {
     use std::os::unix::process::CommandExt;
-    let prog = xvirtiofsd::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
+    let prog = xvirtiofsd::confine::sandbox::program(xvirtiofsd::cli::SeccompAction::Kill).unwrap();
     let mut cmd = Command::new("/bin/true");
     // SAFETY: the closure makes raw system calls only, on a program built
     // before fork; it allocates nothing and ends the child with _exit.

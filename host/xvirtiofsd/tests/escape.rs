@@ -111,7 +111,7 @@ impl Setup {
     }
 
     fn serving_pid(&self) -> u32 {
-        let s = xvirtiofsd::control::query_status(&self.ctl).expect("status");
+        let s = xvirtiofsd::ops::control::query_status(&self.ctl).expect("status");
         let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap();
         v["serving_pid"].as_u64().expect("serving_pid") as u32
     }
@@ -334,7 +334,7 @@ fn crash_restart_holds_the_attacker() {
     // SAFETY: kill with integer arguments.
     assert_eq!(unsafe { libc::kill(first as i32, libc::SIGKILL) }, 0);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while xvirtiofsd::control::query_status(&s.ctl)
+    while xvirtiofsd::ops::control::query_status(&s.ctl)
         .ok()
         .and_then(|st| serde_json::from_str::<serde_json::Value>(st.trim()).ok())
         .and_then(|v| v["serving_pid"].as_u64())

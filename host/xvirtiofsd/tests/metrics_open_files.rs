@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use xvirtiofsd::metrics_file::MetricsWriter;
+use xvirtiofsd::ops::metrics_file::MetricsWriter;
 
 #[test]
 fn metrics_report_open_files() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use vm_memory::{Address, Bytes, GuestAddress};
-use xvirtiofsd::queue::{NOTIFY_BACKLOG, NOTIFY_DEFER_MAX};
+use xvirtiofsd::virtqueue::worker::{NOTIFY_BACKLOG, NOTIFY_DEFER_MAX};
 
 const EVENT_IDX: u64 = 1 << 29;
 /// Requests posted before a single kick: more than the deferral limit, so

@@ -224,8 +224,8 @@ fn a_request_posted_without_a_kick_after_rearm_is_still_served_on_the_next_kick(
 #[test]
 fn no_request_is_lost_when_it_lands_as_polling_stops() {
     use std::time::Duration;
-    use xvirtiofsd::queue::{PollConfig, PollMode};
     use xvirtiofsd::vhost_user::DeviceConfig;
+    use xvirtiofsd::virtqueue::worker::{PollConfig, PollMode};
 
     let dir = scratch_dir("pollrace");
     let window = Duration::from_micros(40);

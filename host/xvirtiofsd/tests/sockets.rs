@@ -27,7 +27,7 @@ fn sockets_get_their_mode_at_bind_and_the_group_on_the_socket_itself() {
     unsafe { libc::umask(0) };
     let d = scratch("mode");
     let ctl = d.join("ctl.sock");
-    let _c = xvirtiofsd::control::bind(&ctl).unwrap();
+    let _c = xvirtiofsd::ops::control::bind(&ctl).unwrap();
     assert_eq!(std::fs::metadata(&ctl).unwrap().mode() & 0o7777, 0o600);
 
     let vs = d.join("vhost.sock");

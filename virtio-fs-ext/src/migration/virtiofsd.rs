@@ -22,9 +22,7 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use xvfs_fs::passthrough::state::{
-    FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs,
-};
+use xvfs_fs::state::{FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs};
 
 use super::{MigrationStream, Received};
 
@@ -81,7 +79,7 @@ struct SourceHandle {
     mnt_id: u64,
     handle_type: i32,
     /// At most `MAX_HANDLE_SZ` bytes: a longer one fails the decoding.
-    #[serde(deserialize_with = "xvfs_fs::passthrough::state::handle_bytes")]
+    #[serde(deserialize_with = "xvfs_fs::state::handle_bytes")]
     handle: Vec<u8>,
 }
 
@@ -372,7 +370,7 @@ mod tests {
 
     #[test]
     fn a_file_handle_longer_than_max_handle_sz_is_not_a_stream() {
-        use xvfs_fs::passthrough::state::MAX_HANDLE_SZ;
+        use xvfs_fs::state::MAX_HANDLE_SZ;
         let stream = |len: usize| {
             let inode = Inode {
                 id: 3,

@@ -6,7 +6,7 @@
 //! cannot carry. The layout is frozen: `tests/golden.rs` pins its bytes.
 
 use serde::{Deserialize, Serialize};
-use xvfs_fs::passthrough::state::FsState;
+use xvfs_fs::state::FsState;
 use xvfs_fs::SessionState;
 
 use super::{DaemonState, DeviceState, StateError};

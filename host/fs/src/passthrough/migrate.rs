@@ -11,13 +11,13 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use super::state::{
-    FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
-};
 use super::table::{InodeKey, RestoredInode};
 use super::upgrade::{component, open_path};
 use super::{dirents, Error, KeptFiles, PassthroughFs};
 use crate::filesystem::ROOT_ID;
+use crate::state::{
+    FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
+};
 use crate::sys;
 
 /// How the source describes inodes.

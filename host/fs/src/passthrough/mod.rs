@@ -40,7 +40,6 @@ mod handles;
 mod keep;
 mod locks;
 mod migrate;
-pub mod state;
 mod table;
 mod upgrade;
 mod xattrmap;

@@ -9,10 +9,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::state::{FsSnapshot, FsState, HandleState, InodeState, LockState};
 use super::table::{Inode, InodeFd, RestoredInode};
 use super::{Config, Error, PassthroughFs, SharedDir};
 use crate::filesystem::ROOT_ID;
+use crate::state::{FsSnapshot, FsState, HandleState, InodeState, LockState};
 use crate::sys;
 
 fn bad(m: String) -> Error {

@@ -20,9 +20,9 @@ use seccompiler::{
     SeccompCondition, SeccompFilter, SeccompRule, TargetArch,
 };
 
-use crate::cli::{SandboxMode, SeccompAction};
-use crate::idmap::IdMaps;
+use crate::confine::idmap::IdMaps;
 use crate::sys;
+use virtio_fs_ext::config::{SandboxMode, SeccompAction};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -109,7 +109,7 @@ pub fn enter_pid_namespace(maps: Option<&IdMaps>) -> Result<Role, SandboxError> 
                 }
                 let (uid, gid) = m.inside_ids(euid, egid);
                 sys::set_ids(uid, gid).map_err(|e| SandboxError::IdMap(m.to_string(), e))?;
-                crate::idmap::set_in_user_namespace();
+                crate::confine::idmap::set_in_user_namespace();
                 info!("user namespace: {m}; the daemon is uid {uid}, gid {gid} in it");
             }
             sys::exit_on_forwarded_signals().map_err(err)?;
@@ -125,7 +125,7 @@ pub fn enter_pid_namespace(maps: Option<&IdMaps>) -> Result<Role, SandboxError> 
 pub fn supervise(child: libc::pid_t) -> i32 {
     // It only waits and passes signals on (CAP_KILL: the daemon may run
     // under another uid in a user namespace); nothing else is kept.
-    if let Err(e) = crate::caps::drop_to(CAP_KILL) {
+    if let Err(e) = crate::confine::caps::drop_to(CAP_KILL) {
         warn!("the supervisor keeps its capabilities: {e}");
     }
     match sys::supervise(child) {

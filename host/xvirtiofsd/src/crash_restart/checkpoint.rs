@@ -17,14 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use log::warn;
-use virtio_fs_ext::handover;
+use virtio_fs_ext::handover as wire;
 use xvfs_fs::journal::{Journal, JournalError};
 use xvfs_fs::passthrough::{Keeper, Kept, KeptFiles};
 
 use crate::cli::Opt;
-use crate::keeper::HolderKeeper;
+use crate::crash_restart::keeper::HolderKeeper;
 use crate::sys;
-use crate::upgrade::{self, Incoming, Outgoing, UpgradeError};
+use crate::upgrade::handover::{self, Incoming, Outgoing, UpgradeError};
 use crate::vhost_user::Device;
 
 /// BYE: the serving process ends of its own accord (payload: why).
@@ -101,8 +101,8 @@ impl HolderLink {
     pub fn receive(&self) -> Result<Incoming, UpgradeError> {
         let kept = self.keeper.receive()?;
         *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = kept;
-        let peer = self.sock.try_clone().map_err(handover::HandoverError::Io)?;
-        upgrade::receive_from_holder(peer)
+        let peer = self.sock.try_clone().map_err(wire::HandoverError::Io)?;
+        handover::receive_from_holder(peer)
     }
 
     /// The files the holder kept for a crashed predecessor.
@@ -118,7 +118,7 @@ impl HolderLink {
         if self.lost.load(Ordering::Relaxed) {
             return;
         }
-        let (st, fds) = upgrade::daemon_state(out, dev, conn_fd, false);
+        let (st, fds) = handover::daemon_state(out, dev, conn_fd, false);
         let blob = match st.encode() {
             Ok(blob) => blob,
             Err(e) => {
@@ -126,7 +126,7 @@ impl HolderLink {
                 return;
             }
         };
-        if let Err(e) = handover::send_state(&self.sock, &blob, &fds) {
+        if let Err(e) = wire::send_state(&self.sock, &blob, &fds) {
             self.lost.store(true, Ordering::Relaxed);
             warn!(
                 "crash restart: the holder takes no checkpoint ({}); a crash from now on \
@@ -138,6 +138,6 @@ impl HolderLink {
 
     /// Tells the holder this process ends of its own accord.
     pub fn bye(&self, why: &str) {
-        let _ = handover::send(&self.sock, BYE, why.as_bytes(), &[]);
+        let _ = wire::send(&self.sock, BYE, why.as_bytes(), &[]);
     }
 }

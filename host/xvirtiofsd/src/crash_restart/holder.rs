@@ -41,9 +41,9 @@ use log::{error, info, warn};
 use virtio_fs_ext::handover::{self, HandoverError};
 use xvfs_fs::journal::Journal;
 
-use crate::checkpoint::BYE;
 use crate::cli::Opt;
-use crate::keeper::KeptStore;
+use crate::crash_restart::checkpoint::BYE;
+use crate::crash_restart::keeper::KeptStore;
 use crate::sys::{self, ChildEnd};
 
 /// Largest journal: nodes and handles (each at most this many).
@@ -132,7 +132,7 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
     }
     sys::on_signals(sys::forwarded_signals(), forward).map_err(HolderError::Watch)?;
     let fallback = Fallback::prepare(opt);
-    if let Err(e) = crate::caps::keep_only(GIVE_UP_CAPS) {
+    if let Err(e) = crate::confine::caps::keep_only(GIVE_UP_CAPS) {
         warn!("crash restart: the holder keeps its capabilities: {e}");
     }
     info!(
@@ -166,7 +166,7 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
         {
             crashes.pop_front();
         }
-        journal.record_crash(crate::control::now_unix_ms(), &reason);
+        journal.record_crash(crate::ops::control::now_unix_ms(), &reason);
         if crashes.len() > opt.crash_restart_limit.0 as usize {
             error!(
                 "crash restart: the serving process {reason}, {} times in {} s: giving up \
@@ -290,7 +290,7 @@ fn take_kept(sock: &UnixStream, kept: &mut KeptStore, child: libc::pid_t) -> boo
 /// Gives a new serving process the last checkpoint; it answers READY once
 /// it has rebuilt everything, and starts its queues on COMMIT.
 fn hand_over(peer: &UnixStream, cp: &Checkpoint) -> Result<(), HandoverError> {
-    peer.set_read_timeout(Some(crate::upgrade::STEP_TIMEOUT))?;
+    peer.set_read_timeout(Some(crate::upgrade::handover::STEP_TIMEOUT))?;
     let fds: Vec<RawFd> = cp.fds.iter().map(AsRawFd::as_raw_fd).collect();
     handover::send_state(peer, &cp.blob, &fds)?;
     handover::expect(peer, handover::READY, "READY")?;
@@ -399,8 +399,12 @@ fn give_up(opt: &Opt, fallback: Fallback, last: Option<&Checkpoint>) -> u8 {
 enum RefuseError {
     #[error("the last checkpoint")]
     State(#[from] virtio_fs_ext::state::StateError),
-    #[error("setting up")]
-    Setup(#[from] crate::daemon::SetupError),
+    #[error("the settings")]
+    Settings(#[from] crate::settings::SettingsError),
+    #[error("the settings of the last checkpoint")]
+    Upgrade(#[from] crate::upgrade::handover::UpgradeError),
+    #[error("cannot open the shared directory")]
+    Fs(#[from] xvfs_fs::passthrough::Error),
     #[error("the device")]
     Device(#[from] crate::vhost_user::VhostUserError),
     #[error("checkpoint descriptor {0} missing or used twice")]
@@ -408,9 +412,9 @@ enum RefuseError {
     #[error("no empty file system or shared directory settings were prepared")]
     NotPrepared,
     #[error("confinement")]
-    Confine(#[from] crate::confine::ConfineError),
+    Confine(#[from] crate::setup::ConfineError),
     #[error("confinement")]
-    Sandbox(#[from] crate::sandbox::SandboxError),
+    Sandbox(#[from] crate::confine::sandbox::SandboxError),
 }
 
 fn refuse_requests(opt: &Opt, fallback: Fallback, cp: &Checkpoint) -> Result<(), RefuseError> {
@@ -422,17 +426,15 @@ fn refuse_requests(opt: &Opt, fallback: Fallback, cp: &Checkpoint) -> Result<(),
     // have compromised) is read: no capability, no file call.
     let proc_stand_in = empty
         .try_clone()
-        .map_err(crate::confine::ConfineError::OpenProc)?;
-    let dir = xvfs_fs::passthrough::SharedDir::from_parts(empty, proc_stand_in)
-        .map_err(crate::daemon::SetupError::Fs)?;
-    crate::caps::drop_to(0).map_err(crate::confine::ConfineError::from)?;
-    sys::no_new_privs().map_err(crate::confine::ConfineError::OpenRoot)?;
-    crate::sandbox::seccomp(opt.seccomp, crate::sandbox::Profile::Refusing)?;
+        .map_err(crate::setup::ConfineError::OpenProc)?;
+    let dir = xvfs_fs::passthrough::SharedDir::from_parts(empty, proc_stand_in)?;
+    crate::confine::caps::drop_to(0).map_err(crate::setup::ConfineError::from)?;
+    sys::no_new_privs().map_err(crate::setup::ConfineError::OpenRoot)?;
+    crate::confine::sandbox::seccomp(opt.seccomp, crate::confine::sandbox::Profile::Refusing)?;
     let mut st = virtio_fs_ext::state::DaemonState::decode(&cp.blob)?;
     st.check(cp.fds.len())?;
-    st.settings = crate::trust::check_settings(&own, &st.settings, None, None)
-        .map_err(crate::upgrade::UpgradeError::Settings)
-        .map_err(crate::daemon::SetupError::from)?;
+    st.settings = crate::upgrade::trust::check_settings(&own, &st.settings, None, None)
+        .map_err(crate::upgrade::handover::UpgradeError::Settings)?;
     let mut fds: Vec<Option<OwnedFd>> = cp.fds.iter().map(|f| f.try_clone().ok()).collect();
     let mut take = |i: u32| {
         fds.get_mut(i as usize)

@@ -119,7 +119,7 @@ impl HolderKeeper {
     /// to KEPT_END.
     pub fn receive(&self) -> Result<Vec<(Kept, OwnedFd)>, HandoverError> {
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
-        sock.set_read_timeout(Some(crate::upgrade::STEP_TIMEOUT))?;
+        sock.set_read_timeout(Some(crate::upgrade::handover::STEP_TIMEOUT))?;
         let mut out = Vec::new();
         loop {
             let m = handover::recv(&sock)?;

@@ -5,6 +5,8 @@
 //! Nothing here exits the process: the caller maps the result to an exit
 //! status.
 
+pub mod successor;
+
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -14,74 +16,24 @@ use std::time::Duration;
 use log::{info, warn};
 use virtio_fs_ext::settings::Settings;
 use virtio_fs_ext::state::DaemonState;
-use xvfs_fs::passthrough::{SharedDir, XattrMapError};
+use xvfs_fs::passthrough::SharedDir;
 use xvfs_fs::PassthroughFs;
 
-use crate::checkpoint::HolderLink;
 use crate::cli::{self, Opt, SandboxMode};
-use crate::confine::Prepared;
-use crate::confine::{caps_mask, confine, open_metrics, CAP_DAC_READ_SEARCH};
-use crate::control::{self, StatusInfo};
-use crate::metrics_file::{MetricsHandle, MetricsWriter};
-use crate::queue::measure_wake_cost;
-use crate::service_manager::Notifier;
+use crate::confine::sandbox;
+use crate::crash_restart::checkpoint::HolderLink;
+pub use crate::error::{ServeError, SetupError};
+use crate::ops::control::{self, StatusInfo};
+use crate::ops::logger;
+use crate::ops::metrics_file::{MetricsHandle, MetricsWriter};
+use crate::ops::service_manager::Notifier;
 use crate::settings::{device_config, from_options, fs_config, max_open};
-use crate::upgrade::{self, Incoming, Outgoing};
-use crate::vhost_user::{Connection, Device, ServeEnd, VhostUserError};
-use crate::{error_chain, logger, sandbox, sys, FsServer};
-
-/// Set-up failed: nothing was served.
-#[derive(Debug, thiserror::Error)]
-pub enum SetupError {
-    #[error("invalid --xattrmap")]
-    XattrMap(#[from] XattrMapError),
-    #[error("invalid --translate-uid/--translate-gid")]
-    Translate(#[source] xvfs_fs::ids::RuleError),
-    #[error(
-        "--xattrmap renames security.capability, which the host kernel would then not clear \
-         on write or chown; map it to itself (an `ok` rule) or hide it (`bad`)"
-    )]
-    CapabilityRemapped,
-    #[error("shared directory {0}")]
-    SharedDir(PathBuf, #[source] std::io::Error),
-    #[error("cannot open the shared directory")]
-    Fs(#[source] xvfs_fs::passthrough::Error),
-    #[error("restoring the FUSE session")]
-    Session(#[source] xvfs_fs::SessionError),
-    #[error("socket {0}")]
-    Socket(PathBuf, #[source] std::io::Error),
-    #[error("--fd {0} is not a listening socket")]
-    NotListening(i32),
-    #[error("--fd {0}")]
-    BadFd(i32, #[source] std::io::Error),
-    #[error("unknown group `{0}`")]
-    UnknownGroup(String),
-    #[error("confinement")]
-    Confine(#[from] crate::confine::ConfineError),
-    #[error("capabilities")]
-    Caps(#[from] crate::caps::CapsError),
-    #[error("the holder link")]
-    Link(#[from] crate::checkpoint::LinkError),
-    #[error("--max-open {0}: must be from 1 to {1} (the open-file limit {2} minus headroom)")]
-    MaxOpen(usize, usize, u64),
-    #[error("live upgrade")]
-    Upgrade(#[from] upgrade::UpgradeError),
-    #[error("restoring the device")]
-    Device(#[from] VhostUserError),
-    #[error("{0}")]
-    Io(&'static str, #[source] std::io::Error),
-}
-
-/// Why [`Daemon::serve`] failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// Serving could not begin (eventfd, control thread).
-    #[error(transparent)]
-    Setup(#[from] SetupError),
-    /// The connection failed while serving.
-    #[error(transparent)]
-    Connection(#[from] VhostUserError),
-}
+use crate::setup::Prepared;
+use crate::setup::{caps_mask, confine, open_metrics, CAP_DAC_READ_SEARCH};
+use crate::upgrade::handover::{self, Incoming, Outgoing};
+use crate::vhost_user::{Connection, Device, ServeEnd};
+use crate::virtqueue::worker::measure_wake_cost;
+use crate::{error_chain, sys, FsServer};
 
 /// A successor's settings that are not part of the state: from its own
 /// command line only.
@@ -99,7 +51,7 @@ pub enum Origin {
 }
 
 pub struct Own {
-    /// Capabilities to keep ([`crate::caps::mask`]).
+    /// Capabilities to keep ([`crate::confine::caps::mask`]).
     pub caps: u64,
     /// `--max-open`.
     pub max_open: Option<usize>,
@@ -258,7 +210,7 @@ impl Daemon {
     pub fn restart(opt: &Opt) -> Result<Daemon, SetupError> {
         let wake_cost = measure_wake_cost(50);
         let shared_dir = canonical_shared_dir(opt)?;
-        let prepared = crate::confine::prepare(opt, &shared_dir, CAP_DAC_READ_SEARCH)?;
+        let prepared = crate::setup::prepare(opt, &shared_dir, CAP_DAC_READ_SEARCH)?;
         let link = HolderLink::from_opt(opt)?.ok_or(SetupError::Io(
             "--holder-restart needs --holder-socket and --holder-journal",
             std::io::ErrorKind::InvalidInput.into(),
@@ -439,7 +391,7 @@ impl Daemon {
                     let successor = sys::peer_pid(peer.as_fd()).ok();
                     let server = Arc::clone(dev.server_arc());
                     let out = outgoing(&cfg, &status, control_fd, &pid_files, &server);
-                    if upgrade::hand_over(&out, &mut dev, &conn, peer).is_ok() {
+                    if handover::hand_over(&out, &mut dev, &conn, peer).is_ok() {
                         if let Some(l) = &link {
                             l.bye("handed over");
                         }
@@ -495,7 +447,7 @@ pub(crate) fn canonical_shared_dir(opt: &Opt) -> Result<PathBuf, SetupError> {
 }
 
 /// A received state's security settings must equal `opt`'s (see
-/// [`crate::trust`]); the rest is taken from the state. A refusal is told
+/// [`crate::upgrade::trust`]); the rest is taken from the state. A refusal is told
 /// to the sender.
 pub(crate) fn own_settings(
     opt: &Opt,
@@ -504,7 +456,7 @@ pub(crate) fn own_settings(
 ) -> Result<(), SetupError> {
     let own = from_options(opt, shared_dir);
     let own_control = opt.control.as_ref().map(|p| p.display().to_string());
-    match crate::trust::check_settings(
+    match crate::upgrade::trust::check_settings(
         &own,
         &inc.state.settings,
         own_control.as_deref(),
@@ -516,7 +468,7 @@ pub(crate) fn own_settings(
         }
         Err(reason) => {
             inc.fail(&reason);
-            Err(upgrade::UpgradeError::Settings(reason).into())
+            Err(handover::UpgradeError::Settings(reason).into())
         }
     }
 }
@@ -608,7 +560,7 @@ fn restore(
     if crashed {
         // The journal's file handles are open: CAP_DAC_READ_SEARCH goes,
         // unless the command line keeps it.
-        crate::confine::release_extra_caps(own.caps)?;
+        crate::setup::release_extra_caps(own.caps)?;
     }
     let fs_done = started.elapsed();
     let server = Arc::new(FsServer::new(fs));

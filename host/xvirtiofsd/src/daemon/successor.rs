@@ -10,18 +10,20 @@ use std::path::Path;
 
 use log::warn;
 
-use crate::checkpoint::HolderLink;
+use super::{canonical_shared_dir, own_settings, Daemon, Origin, Own};
 use crate::cli::Opt;
-use crate::confine::{self, caps_mask, Prepared};
-use crate::daemon::{canonical_shared_dir, own_settings, Daemon, Origin, Own, SetupError};
-use crate::queue::measure_wake_cost;
-use crate::{control, logger, upgrade};
+use crate::crash_restart::checkpoint::HolderLink;
+use crate::error::SetupError;
+use crate::ops::{control, logger};
+use crate::setup::{self, caps_mask, Prepared};
+use crate::upgrade::handover;
+use crate::virtqueue::worker::measure_wake_cost;
 
 impl Daemon {
     /// A successor: ask the daemon behind `control_path` for its state and
     /// adopt it.
     /// Its security settings come from `opt` and must equal the running
-    /// daemon's (see [`crate::trust`]).
+    /// daemon's (see [`crate::upgrade::trust`]).
     pub fn take_over(
         control_path: &Path,
         opt: &Opt,
@@ -45,13 +47,13 @@ fn take_over(
     // serves one command per connection); each peer is checked before
     // anything is sent to it. Both are opened before the sandbox hides
     // the control socket's path.
-    let joined = join_cgroups_early(upgrade::connect(control_path)?);
-    let preload_peer = upgrade::connect(control_path)?;
-    let peer = upgrade::connect(control_path)?;
+    let joined = join_cgroups_early(handover::connect(control_path)?);
+    let preload_peer = handover::connect(control_path)?;
+    let peer = handover::connect(control_path)?;
     let shared_dir = canonical_shared_dir(opt)?;
     let mut prepared = prepare(opt, &shared_dir)?;
     preload(preload_peer, &mut prepared, &shared_dir);
-    let mut inc = upgrade::receive(peer, control_path)?;
+    let mut inc = handover::receive(peer, control_path)?;
     own_settings(opt, &shared_dir, &mut inc)?;
     let own = Own {
         caps: caps_mask(opt)?,
@@ -70,7 +72,7 @@ fn take_over(
 /// the restore.
 fn preload(peer: UnixStream, prepared: &mut Prepared, shared_dir: &Path) {
     let started = std::time::Instant::now();
-    match upgrade::receive_preload(peer) {
+    match handover::receive_preload(peer) {
         Ok(fds) => {
             let sent = fds.len();
             let proven = prepared.dir.preload(shared_dir, fds);
@@ -100,7 +102,7 @@ fn prepare(opt: &Opt, shared_dir: &Path) -> Result<Prepared, SetupError> {
             );
         }
     }
-    Ok(confine::prepare(opt, shared_dir, 0)?)
+    Ok(setup::prepare(opt, shared_dir, 0)?)
 }
 
 /// Moves into the cgroups of the daemon on `peer` (a checked control
@@ -115,9 +117,9 @@ fn join_cgroups_early(peer: UnixStream) -> Option<u32> {
     } else {
         s.pid
     };
-    if !crate::cgroup::holds_socket(pid as i32, &s.connection) {
+    if !crate::confine::cgroup::holds_socket(pid as i32, &s.connection) {
         return None;
     }
-    crate::cgroup::join_cgroups_of(pid as i32);
+    crate::confine::cgroup::join_cgroups_of(pid as i32);
     Some(pid)
 }

@@ -9,6 +9,8 @@
 //! session, so the guest neither re-INITs nor loses a descriptor. A stream
 //! from virtiofsd is accepted too (see [`virtio_fs_ext::migration`]).
 
+pub mod dirty_log;
+
 use log::{info, warn};
 use virtio_fs_ext::config::{MigrationMode, MigrationOnError, MigrationTarget};
 use virtio_fs_ext::migration::{self, MigrationStream, Received};
@@ -62,12 +64,7 @@ pub fn save(server: &Server, cfg: &MigrationConfig) -> Result<Vec<u8>, Migration
     let invalid = fs
         .inodes
         .iter()
-        .filter(|i| {
-            matches!(
-                i.location,
-                xvfs_fs::passthrough::state::Location::Invalid { .. }
-            )
-        })
+        .filter(|i| matches!(i.location, xvfs_fs::state::Location::Invalid { .. }))
         .count();
     info!(
         "migration: saving {} inode(s) and {} open file(s) ({:?}){}",
@@ -81,7 +78,7 @@ pub fn save(server: &Server, cfg: &MigrationConfig) -> Result<Vec<u8>, Migration
         }
     );
     let stream = MigrationStream {
-        writer_version: crate::cli::VERSION.to_string(),
+        writer_version: crate::VERSION.to_string(),
         session: server.session(),
         fs,
     };

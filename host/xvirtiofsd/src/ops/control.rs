@@ -29,7 +29,7 @@ use log::{info, warn};
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::{queue_reports, QueueReport, QueueStats};
+use crate::ops::metrics::{queue_reports, QueueReport, QueueStats};
 use crate::sys;
 
 /// Directory of the default control sockets.
@@ -127,7 +127,7 @@ impl StatusInfo {
     pub fn reply(&self) -> StatusReply {
         StatusReply {
             version: self.version.to_string(),
-            commit: crate::cli::COMMIT.to_string(),
+            commit: crate::COMMIT.to_string(),
             formats: virtio_fs_ext::formats::all()
                 .into_iter()
                 .map(|f| FormatReport {
@@ -136,8 +136,8 @@ impl StatusInfo {
                     reads: [*f.reads.start(), *f.reads.end()],
                 })
                 .collect(),
-            pid: crate::sandbox::daemon_pid(),
-            serving_pid: crate::sandbox::serving_pid(),
+            pid: crate::confine::sandbox::daemon_pid(),
+            serving_pid: crate::confine::sandbox::serving_pid(),
             uptime_s: now_unix_ms().saturating_sub(self.started_unix_ms) / 1000,
             upgrades: self.upgrades,
             shared_dir: self.shared_dir.clone(),
@@ -154,7 +154,7 @@ impl StatusInfo {
                     last_crash: last.map(|l| l.1),
                 }
             }),
-            user_namespace: crate::idmap::in_user_namespace(),
+            user_namespace: crate::confine::idmap::in_user_namespace(),
         }
     }
 
@@ -180,7 +180,7 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 }
 
 /// Removes sockets of daemons that are gone, and the records of their
-/// first start's options (`PID.sock.args`, see [`crate::record`]) once
+/// first start's options (`PID.sock.args`, see [`crate::upgrade::record`]) once
 /// nothing serves the socket and process PID is gone too (a daemon that
 /// has just written its record has not bound its socket yet).
 fn remove_stale(dir: &Path) {
@@ -282,7 +282,7 @@ fn handle(
             let _ = s.write_all(info.json().as_bytes());
             let _ = s.write_all(b"\n");
         }
-        "handover" | "preload" if crate::idmap::in_user_namespace() => {
+        "handover" | "preload" if crate::confine::idmap::in_user_namespace() => {
             warn!("control: {cmd} refused: this daemon runs in a user namespace");
             let _ = s.write_all(
                 b"error: a daemon in a user namespace (--uid-map/--gid-map, or not root) \

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{LevelFilter, Log, Metadata, Record};
 
-use crate::cli::LogLevel;
+use virtio_fs_ext::config::LogLevel;
 
 struct StderrLogger;
 
@@ -53,7 +53,7 @@ pub const SYSLOG_SOCKET: &str = "/dev/log";
 /// again in the daemon once it is known.
 pub fn use_syslog() -> std::io::Result<()> {
     std::os::unix::net::UnixDatagram::unbound()?.connect(SYSLOG_SOCKET)?;
-    let ident = format!("xvirtiofsd[{}]", crate::sandbox::serving_pid());
+    let ident = format!("xvirtiofsd[{}]", crate::confine::sandbox::serving_pid());
     // openlog keeps the pointer: the tag lives as long as the process.
     let ident = std::ffi::CString::new(ident).map_err(std::io::Error::other)?;
     crate::sys::open_syslog(Box::leak(ident.into_boxed_c_str()));

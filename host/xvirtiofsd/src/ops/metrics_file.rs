@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::metrics::{queue_reports, QueueReport, QueueStats};
+use crate::ops::metrics::{queue_reports, QueueReport, QueueStats};
 use crate::{sys, FsServer};
 
 /// The metrics file's content.
@@ -90,7 +90,7 @@ impl MetricsWriter {
         };
         w.write_snapshot(&MetricsSnapshot {
             uptime_s: 0,
-            pid: crate::sandbox::daemon_pid(),
+            pid: crate::confine::sandbox::daemon_pid(),
             queues: Vec::new(),
             open_files: None,
             crash_restart: None,
@@ -114,7 +114,7 @@ impl MetricsWriter {
     ) -> io::Result<()> {
         let snapshot = MetricsSnapshot {
             uptime_s: started.elapsed().as_secs(),
-            pid: crate::sandbox::daemon_pid(),
+            pid: crate::confine::sandbox::daemon_pid(),
             queues: queue_reports(stats),
             open_files: Some(open_files(server)),
             crash_restart: server.fs().journal().map(|j| CrashCounters {

@@ -30,9 +30,9 @@ use virtio_fs_ext::handover::{self, HandoverError};
 use virtio_fs_ext::settings::Settings;
 use virtio_fs_ext::state::{DaemonState, StateError};
 
-use crate::cli::VERSION;
 use crate::sys;
 use crate::vhost_user::{Connection, Device};
+use crate::VERSION;
 
 /// How long either side waits for the other at each step.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(15);
@@ -202,7 +202,7 @@ pub fn daemon_state(
     fds.extend(snap.fds);
     let state = DaemonState {
         writer_version: VERSION.to_string(),
-        writer_pid: crate::sandbox::serving_pid(),
+        writer_pid: crate::confine::sandbox::serving_pid(),
         started_unix_ms: out.started_unix_ms,
         upgrades: out.upgrades,
         settings: out.settings.clone(),
@@ -343,7 +343,7 @@ pub fn receive(peer: UnixStream, control: &Path) -> Result<Incoming, UpgradeErro
     handover::send(
         &peer,
         handover::HELLO,
-        handover::hello_payload(VERSION, crate::sandbox::daemon_pid()).as_bytes(),
+        handover::hello_payload(VERSION, crate::confine::sandbox::daemon_pid()).as_bytes(),
         &[],
     )?;
     if fault == Fault::DieMidway {

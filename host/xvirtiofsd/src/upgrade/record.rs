@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 
 use crate::cli::Opt;
-use crate::control;
+use crate::ops::control;
 
 /// Appended to the control socket's path.
 pub const SUFFIX: &str = ".args";
@@ -171,7 +171,7 @@ pub fn read(path: &Path) -> Result<Option<Vec<String>>, RecordError> {
 /// `xvirtiofsd upgrade`'s check of the new daemon's options
 /// (`daemon_args`, as it will be started: `--handover-from CONTROL
 /// DAEMON-ARGS`) against the record beside `control`, with
-/// [`crate::trust::check_options`]. `Ok(None)`: there is no record (a daemon
+/// [`crate::upgrade::trust::check_options`]. `Ok(None)`: there is no record (a daemon
 /// started by an older version, or with a record it could not write); the
 /// successor's own check against the state is then the only one.
 pub fn check_successor(
@@ -190,7 +190,7 @@ pub fn check_successor(
     ];
     argv.extend_from_slice(daemon_args);
     let successor = parse(&argv).map_err(RecordError::Successor)?;
-    crate::trust::check_options(&first, &successor)
+    crate::upgrade::trust::check_options(&first, &successor)
         .map_err(|diffs| RecordError::Differ(path.clone(), diffs))?;
     Ok(Some(path))
 }

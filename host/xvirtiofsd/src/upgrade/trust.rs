@@ -18,7 +18,7 @@
 //! The capabilities (`--modcaps`) are not part of the state: the successor
 //! always takes them from its own command line, and `xvirtiofsd upgrade`
 //! compares that command line with the first start's (see
-//! [`check_options`] and [`crate::record`]).
+//! [`check_options`] and [`crate::upgrade::record`]).
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -132,7 +132,7 @@ fn option_name(key: &str) -> String {
 
 /// `xvirtiofsd upgrade`'s check, before any successor is started: the
 /// successor's command line against the one the daemon was first started
-/// with (`first`, from [`crate::record`]). The same rule as
+/// with (`first`, from [`crate::upgrade::record`]). The same rule as
 /// [`check_settings`], plus the capabilities, which the state does not
 /// carry. The error names every difference.
 pub fn check_options(first: &Opt, successor: &Opt) -> Result<(), String> {
@@ -152,13 +152,13 @@ pub fn check_options(first: &Opt, successor: &Opt) -> Result<(), String> {
             )
         })
         .collect();
-    let caps = |o: &Opt| crate::confine::caps_mask(o).map_err(|e| crate::error_chain(&e));
+    let caps = |o: &Opt| crate::setup::caps_mask(o).map_err(|e| crate::error_chain(&e));
     let (mine, theirs) = (caps(successor)?, caps(first)?);
     if mine != theirs {
         diffs.push(format!(
             "the capabilities (--modcaps) were {:?} at the first start, not {:?}",
-            crate::caps::names(theirs),
-            crate::caps::names(mine)
+            crate::confine::caps::names(theirs),
+            crate::confine::caps::names(mine)
         ));
     }
     if diffs.is_empty() {

@@ -18,17 +18,17 @@ use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vm_memory::{ByteValued, GuestMemoryAtomic};
 use xvfs_fs::ratelimit::RateLimiter;
 
-use crate::dirty_log::{used_ring_bytes, DirtyLog, LogTarget};
-use crate::mem::{GuestMemoryMmap, MemoryTable, Region, MAX_REGIONS};
+use crate::migration::dirty_log::{used_ring_bytes, DirtyLog, LogTarget};
 use crate::migration::MigrationConfig;
-use crate::queue::{
+use crate::virtqueue::mem::{GuestMemoryMmap, MemoryTable, Region, MAX_REGIONS};
+use crate::virtqueue::worker::{
     PollConfig, QueueStats, RingConfig, Worker, WorkerFds, WorkerOptions, MAX_QUEUE_SIZE,
 };
 use crate::FsServer as Server;
 
-use super::device_state::Transfer;
 use super::error::{Result, VhostUserError};
 use super::ring::Vring;
+use transfer::Transfer;
 
 const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
@@ -56,6 +56,8 @@ pub struct DeviceConfig {
     /// (VHOST_USER_PROTOCOL_F_CONFIG, GET_CONFIG).
     pub tag: Option<String>,
 }
+
+mod transfer;
 
 impl DeviceConfig {
     /// `max_queues` virtqueues, no polling, no pinning.

@@ -5,8 +5,8 @@ use std::io;
 
 use vhost::vhost_user::message::FrontendReq;
 
-use crate::mem::MemError;
-use crate::queue::MAX_QUEUE_SIZE;
+use crate::virtqueue::mem::MemError;
+use crate::virtqueue::worker::MAX_QUEUE_SIZE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VhostUserError {
@@ -45,11 +45,11 @@ pub enum VhostUserError {
     #[error("restored device state does not fit this build: {0}")]
     ImportMismatch(&'static str),
     #[error("dirty page log")]
-    Log(#[from] crate::dirty_log::LogError),
+    Log(#[from] crate::migration::dirty_log::LogError),
     #[error("device state transfer: {0}")]
     Transfer(String),
     #[error("starting queue")]
-    Queue(#[from] crate::queue::QueueError),
+    Queue(#[from] crate::virtqueue::worker::QueueError),
 }
 
 pub type Result<T> = std::result::Result<T, VhostUserError>;

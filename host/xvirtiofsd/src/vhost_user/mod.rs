@@ -9,11 +9,10 @@
 //! - [`device`]: the message handler and the rings' workers;
 //! - `ring`: one virtqueue's lifecycle as a state machine;
 //! - `persist`: the device to and from [`virtio_fs_ext::state::DeviceState`];
-//! - `device_state`: the device state through QEMU's migration stream.
+//! - `device::transfer`: the device state through QEMU's migration stream.
 
 pub mod connection;
 pub mod device;
-mod device_state;
 mod error;
 mod persist;
 mod ring;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use virtio_fs_ext::state::{DeviceState, RegionState, VringState};
 
-use crate::mem::Region;
-use crate::queue::MAX_QUEUE_SIZE;
+use crate::virtqueue::mem::Region;
+use crate::virtqueue::worker::MAX_QUEUE_SIZE;
 use crate::FsServer as Server;
 
 use super::device::{Device, DeviceConfig};

@@ -7,8 +7,8 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use crate::queue::{CallFd, QueueStats, RingFault, Worker, WorkerExit};
 use crate::sys;
+use crate::virtqueue::worker::{CallFd, QueueStats, RingFault, Worker, WorkerExit};
 
 use super::error::VhostUserError;
 

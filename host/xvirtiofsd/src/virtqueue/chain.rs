@@ -14,8 +14,8 @@ use std::os::fd::BorrowedFd;
 use virtio_queue::desc::split::Descriptor;
 use xvfs_fs::io::{ReplyWriter, RequestReader};
 
-use crate::mem::{host_segments, GuestMemoryMmap};
 use crate::sys;
+use crate::virtqueue::mem::{host_segments, GuestMemoryMmap};
 
 /// Largest request or reply we accept (1 MiB of data plus headers, with room).
 pub const MAX_CHAIN_BYTES: u64 = 4 << 20;

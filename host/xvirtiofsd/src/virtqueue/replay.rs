@@ -7,7 +7,7 @@
 
 use xvfs_fs::journal::{self, InFlight, Journal, Phase};
 
-use crate::chain::{ChainReader, ChainWriter};
+use crate::virtqueue::chain::{ChainReader, ChainWriter};
 use crate::FsServer as Server;
 
 /// One queue's recorder.

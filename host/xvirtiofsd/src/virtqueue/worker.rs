@@ -14,7 +14,7 @@
 //! signals the supervisor's eventfd so that the control plane reaps it,
 //! marks the ring broken and tells the guest.
 //!
-//! Between batches a worker busy-waits or sleeps as [`crate::poll`] decides.
+//! Between batches a worker busy-waits or sleeps as [`crate::virtqueue::poll`] decides.
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -31,14 +31,14 @@ use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use xvfs_fs::journal::Journal;
 use xvfs_fs::ratelimit::RateLimiter;
 
-use crate::chain::{split_chain, ChainWriter};
-use crate::dirty_log::LogTarget;
-use crate::mem::GuestMemoryMmap;
-pub use crate::metrics::QueueStats;
-use crate::poll::PollPolicy;
-pub use crate::poll::{measure_wake_cost, PollConfig, PollMode, BUDGET_PERIOD};
-use crate::replay::Recorder;
+use crate::migration::dirty_log::LogTarget;
+pub use crate::ops::metrics::QueueStats;
 use crate::sys;
+use crate::virtqueue::chain::{split_chain, ChainWriter};
+use crate::virtqueue::mem::GuestMemoryMmap;
+use crate::virtqueue::poll::PollPolicy;
+pub use crate::virtqueue::poll::{measure_wake_cost, PollConfig, PollMode, BUDGET_PERIOD};
+use crate::virtqueue::replay::Recorder;
 use waiting::{WaitList, Waiting};
 use xvfs_fs::server::Outcome;
 

@@ -30,8 +30,8 @@ use std::sync::{Mutex, OnceLock};
 use virtio_fs_ext::config::{PollMode, SandboxMode, SeccompAction};
 use virtio_fs_ext::settings::{Security, Serving, Settings};
 use xvfs_fs::{CachePolicy, Config, PassthroughFs};
-use xvirtiofsd::control::{self, HandoverSlot, StatusInfo};
-use xvirtiofsd::upgrade::{self, Outgoing};
+use xvirtiofsd::ops::control::{self, HandoverSlot, StatusInfo};
+use xvirtiofsd::upgrade::handover::{self, Outgoing};
 use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
 use xvirtiofsd::FsServer as Server;
 
@@ -78,7 +78,7 @@ pub struct Vmm {
     pub queues: Vec<TestQueue>,
     pub daemon: Option<Daemon>,
     /// The device's per-queue counters.
-    pub stats: Vec<Arc<xvirtiofsd::metrics::QueueStats>>,
+    pub stats: Vec<Arc<xvirtiofsd::ops::metrics::QueueStats>>,
     /// Next free guest address for request buffers.
     next_buf: u64,
 }
@@ -148,7 +148,7 @@ impl Vmm {
     ) -> Vmm {
         let max_queues = cfg.max_queues;
         if std::env::var_os("XVFS_TEST_LOG").is_some() {
-            xvirtiofsd::logger::init(xvirtiofsd::cli::LogLevel::Trace);
+            xvirtiofsd::ops::logger::init(xvirtiofsd::cli::LogLevel::Trace);
         }
         let (ours, theirs) = UnixStream::pair().expect("socketpair");
         let server = server_for(dir);
@@ -581,7 +581,7 @@ pub fn serve_refusing_handovers(
                         pid_files: &[],
                         server: &server,
                     };
-                    let handed = upgrade::hand_over(&out, &mut dev, &conn, peer);
+                    let handed = handover::hand_over(&out, &mut dev, &conn, peer);
                     assert!(handed.is_err(), "the handover must be refused");
                     // The control thread stops once it queued a handover.
                     thread = spawn(thread.join().expect("control thread"));

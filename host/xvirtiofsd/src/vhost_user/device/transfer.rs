@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 use log::{error, info};
 use vhost::vhost_user::message::{FrontendReq, VhostUserTransferDeviceState};
 
-use super::device::{expect_fds, parse, u64_reply, Device};
-use super::error::{Result, VhostUserError};
+use super::{expect_fds, parse, u64_reply, Device};
+use crate::vhost_user::error::{Result, VhostUserError};
 
 /// Reply bit of SET_DEVICE_STATE_FD: no descriptor comes back (we use
 /// QEMU's pipe).

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use xvfs_fs::fuse::LockWait;
 
-use crate::chain::ChainWriter;
-use crate::mem::GuestMemoryMmap;
+use crate::virtqueue::chain::ChainWriter;
+use crate::virtqueue::mem::GuestMemoryMmap;
 
 /// A SETLKW waiting for its lock: its chain stays off the used ring.
 pub(super) struct Waiting {
