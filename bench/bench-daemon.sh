@@ -7,8 +7,9 @@
 # variant it runs loadgen, REPS times, repetitions outermost so that drift
 # hits every variant alike, and writes
 #   bench/results/daemon-<date>-<rev>/raw/<case>__<variant>__r<N>.json
-# then bench/daemon_report.py turns them into report.md (medians, ratios,
-# targets with PASS/MISS) and plot.png.
+# packs raw/ and loadgen.log (the runs' stderr) into raw.tar.xz there, then
+# bench/daemon_report.py turns them into report.md (medians, ratios, targets
+# with PASS/MISS) and plot.png; run on that directory it remakes them.
 #
 # Variants: xv-never / xv-adaptive (xvirtiofsd --poll never|adaptive; when
 # the daemon has no --poll flag, a single "xv" variant runs as is and the
@@ -176,7 +177,7 @@ measure() {
         wait_for_no_vm
         printf 'xvfs: [%s] %-20s %-22s rep %s\n' "$(date +%T)" "$case" "$tag" "$rep" >&2
         if ! "$@" 2>>"$LOG"; then
-            note "run failed: $case $tag rep $rep (see $LOG)"
+            note "run failed: $case $tag rep $rep (see $LOG, in raw.tar.xz after the run)"
             rm -f "$out"
             return 0
         fi
@@ -306,7 +307,7 @@ main() {
             return 0
             ;;
     esac
-    need git flock pgrep sha256sum
+    need git flock pgrep sha256sum tar xz
     [ -x "$LOADGEN" ] || die "$LOADGEN missing: run 'make build'"
     [ -x "$XVIRTIOFSD" ] || die "$XVIRTIOFSD missing: run 'make build'"
     [ -x "$VIRTIOFSD" ] || die "$VIRTIOFSD missing: run 'make deps'"
@@ -373,6 +374,9 @@ main() {
             echo "note=$n"
         done
     } >"$OUT/meta.txt"
+    # One archive instead of hundreds of files in git; the report reads it.
+    tar --sort=name --owner=0 --group=0 --numeric-owner -C "$OUT" -cJf "$OUT/raw.tar.xz" raw loadgen.log
+    rm -rf "$RAW" "$LOG"
     "$PYTHON" "$XVFS_ROOT/bench/daemon_report.py" "$OUT"
     say "report: $OUT/report.md"
     cat "$OUT/report.md"

@@ -13,9 +13,11 @@
 # usage: bench/bench.sh [--list quick|all|FILE] [--reps N] [--runtime S]
 #                       [--scale here|paper] [--configs "xvirtiofsd xvirtiofsd-mq virtiofsd host guest-tmpfs"]
 #                       [--out DIR]
-# Results: bench/results/<date>-<rev>/{raw/<config>/rep<k>/<workload>.json,
+# Results: bench/results/<date>-<rev>/{report.md, *.png, report.json, env.txt,
+# raw.tar.xz}. raw.tar.xz holds raw/: raw/<config>/rep<k>/<workload>.json,
 # raw/<config>/rep<k>.daemon-cpu (the daemon's CPU seconds at the start and
-# end of each measured run), env.txt, report.md, *.png}. Every VM run holds
+# end of each measured run) and the VM logs (rep<k>.vm/, rep<k>.vm.log);
+# bench/report.py DIR remakes the report from it. Every VM run holds
 # /tmp/xvfs-vm.lock.
 # Environment: QUEUES, VCPUS, MEM, XVFS_ACCEL, DAEMON_ARGS (xvirtiofsd only),
 # VIRTIOFSD (upstream binary), PYTHON (with matplotlib; default /usr/bin/python3).
@@ -43,7 +45,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 DROP_HELPER_PID=
 
 print_help() {
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 }
 
 parse_args() {
@@ -199,9 +201,17 @@ write_env() {
     } >"$f"
 }
 
+# raw/ becomes one archive, raw.tar.xz (hundreds of small files otherwise end
+# up in git); bench/report.py reads it as it reads raw/.
+pack_raw() {
+    tar --sort=name --owner=0 --group=0 --numeric-owner -C "$OUT" -cJf "$OUT/raw.tar.xz" raw
+    rm -rf "$OUT/raw"
+}
+
 main() {
     local rep cfg out failed=0 t0
     parse_args "$@"
+    need tar xz
     [ "$(id -u)" -eq 0 ] || die "bench.sh drops the host's caches: run it as root"
     [ -x "$RUNNER" ] || die "$RUNNER not built; run 'make build'"
     "$HERE/image.sh" >/dev/null
@@ -222,6 +232,7 @@ main() {
     done
     write_env
     say "benchmark took $(( $(date +%s) - t0 )) s; $failed configuration run(s) reported failures"
+    pack_raw
     "$PYTHON" "$HERE/report.py" "$OUT"
     say "report: $OUT/report.md"
 }

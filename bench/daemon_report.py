@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Turns a bench-daemon result directory (raw/*.json from loadgen, meta.txt)
 into report.md (median per case and variant, ratios against virtiofsd and
-native system calls, the issue's targets with PASS/MISS) and plot.png.
+native system calls, the issue's targets with PASS/MISS) and plot.png. The
+JSON files are read from RESULT_DIR/raw/ or, when there is none, from
+RESULT_DIR/raw.tar.xz (as bench-daemon.sh leaves them).
 
 Usage: daemon_report.py RESULT_DIR
 
@@ -15,6 +17,8 @@ import os
 import re
 import statistics
 import sys
+
+from raw_archive import raw_dir
 
 CASE_ORDER = [
     "read4k-qd1",
@@ -40,9 +44,9 @@ BYTES_CASES = {"read1m", "write1m"}
 SCALING_CLIENTS = [1, 2, 4]
 
 
-def load(result_dir):
+def load(raw):
     runs = {}
-    for path in sorted(glob.glob(os.path.join(result_dir, "raw", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(raw, "*.json"))):
         name = os.path.basename(path)[: -len(".json")]
         case, variant, rep = name.split("__")
         with open(path, encoding="utf-8") as f:
@@ -448,9 +452,10 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     d = sys.argv[1]
-    runs = load(d)
+    with raw_dir(d) as raw:
+        runs = load(raw)
     if not runs:
-        sys.exit(f"no results under {d}/raw")
+        sys.exit(f"no results under {d}/raw or in {d}/raw.tar.xz")
     s = summarise(runs)
     m = meta(d)
     # How idle CPUs wait (older reports did not record it).

@@ -9,7 +9,9 @@ without one shows "n/a". For the virtio-fs daemons it also gives the
 daemon's CPU seconds per 1,000 Filebench operations (from the CPU times
 bench.sh sampled at the start and end of each measured run, raw/<config>/
 rep<k>.daemon-cpu): a figure that does not depend on the guest's speed.
-report.json holds every figure with the files it came from.
+report.json holds every figure with the files it came from. The results are
+read from RESULTS_DIR/raw/ or, when there is none, from RESULTS_DIR/raw.tar.xz
+(as bench.sh leaves them).
 
 usage: bench/report.py RESULTS_DIR
 """
@@ -18,6 +20,8 @@ import os
 import re
 import statistics
 import sys
+
+from raw_archive import raw_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = ["xvirtiofsd", "xvirtiofsd-mq", "virtiofsd", "guest-tmpfs", "host"]
@@ -102,11 +106,12 @@ def daemon_cpu(rep_dir):
     return spans
 
 
-def load(results):
+def load(raw):
     """{workload: {config: [(ops_per_s, path), ...]}} from error-free JSONs, and
-    {workload: {config: [(daemon CPU s per 1,000 ops, path), ...]}}."""
+    {workload: {config: [(daemon CPU s per 1,000 ops, path), ...]}}, from the
+    raw/ directory RAW; paths are relative to its parent ("raw/...")."""
     data, cpu, rejected = {}, {}, []
-    raw = os.path.join(results, "raw")
+    base = os.path.dirname(raw)
     for cfg in sorted(os.listdir(raw)) if os.path.isdir(raw) else []:
         cdir = os.path.join(raw, cfg)
         for rep in sorted(os.listdir(cdir)):
@@ -122,14 +127,14 @@ def load(results):
                     with open(path) as f:
                         doc = json.load(f)
                 except (OSError, ValueError) as e:
-                    rejected.append((path, f"unreadable: {e}"))
+                    rejected.append((os.path.relpath(path, base), f"unreadable: {e}"))
                     continue
                 runs = doc.get("runs") or []
                 if doc.get("error") or not runs or any(r.get("error") for r in runs):
-                    rejected.append((path, doc.get("error") or "no run / run error"))
+                    rejected.append((os.path.relpath(path, base), doc.get("error") or "no run / run error"))
                     continue
                 summary = runs[-1]["summary"]
-                rel = os.path.relpath(path, results)
+                rel = os.path.relpath(path, base)
                 data.setdefault(fn[:-5], {}).setdefault(cfg, []).append((summary["ops_per_s"], rel))
                 secs = spans.get(fn[:-5])
                 if secs is not None and summary.get("ops"):
@@ -283,7 +288,8 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     results = sys.argv[1]
-    data, cpu, rejected = load(results)
+    with raw_dir(results) as raw:
+        data, cpu, rejected = load(raw)
     order = sorted(data, key=lambda n: (row_of(n) or 999, n))
     table = {n: {c: stats(data[n].get(c, [])) for c in CONFIGS} for n in order}
     cpu_table = {n: {c: stats(cpu.get(n, {}).get(c, [])) for c in DAEMONS} for n in order}
@@ -310,7 +316,7 @@ def main():
         hdr += " xvirtiofsd 2q+poll | 2q+poll vs native | 2q+poll vs virtiofsd |"
         ncols += 3
     out += ["## Throughput", "", hdr, "|" + "---|" * ncols]
-    report = {"workloads": {}, "rejected": [{"path": os.path.relpath(p, results), "why": w} for p, w in rejected]}
+    report = {"workloads": {}, "rejected": [{"path": p, "why": w} for p, w in rejected]}
     counts = {}
     for n in order:
         t = table[n]
@@ -340,7 +346,7 @@ def main():
     out += cpu_section(order, cpu_table, report)
     if rejected:
         out += ["## Results left out (error or unreadable)", ""]
-        out += [f"- `{os.path.relpath(p, results)}`: {w}" for p, w in rejected]
+        out += [f"- `{p}`: {w}" for p, w in rejected]
         out.append("")
     made = plots(results, table, order)
     if made:

@@ -3,7 +3,8 @@
 # VM test: the Filebench suite end to end, small. bench/bench.sh runs two
 # workloads (seq-rd-1th-1f-4k and files-cr-1th) once through the guest runner
 # on the xvirtiofsd share and once on the host, then bench/report.py writes
-# the report. Checked: every JSON result exists and reports no error, the
+# the report. Checked: the raw results are packed into raw.tar.xz (the report
+# is made from it), every JSON result exists and reports no error, the
 # report and its plots exist, no result was left out, and every ops/s figure
 # in report.md is the median of exactly the error-free JSON results
 # (recomputed here independently).
@@ -24,6 +25,9 @@ main() {
     "$XVFS_ROOT/bench/bench.sh" --list "$list" --reps 1 --runtime 2 --configs "$CONFIGS" \
         --out "$res" >"$VMT_DIR/bench.out" 2>&1 || rc=$?
     assert_eq 0 "$rc" "bench/bench.sh exits 0 (log $VMT_DIR/bench.out)"
+    assert_ok "bench.sh leaves no raw/ directory" test ! -e "$res/raw"
+    # The checks below read the JSON results: back out of the archive.
+    assert_ok "raw.tar.xz unpacks" tar -C "$res" -xJf "$res/raw.tar.xz"
     for c in $CONFIGS; do
         for w in "${WORKLOADS[@]}"; do
             assert_ok "$c/$w.json exists" test -s "$res/raw/$c/rep1/$w.json"
