@@ -1,16 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Guest memory: the regions the front-end shares with us (SET_MEM_TABLE,
-//! ADD/REM_MEM_REG), mapped into this process, and the address translations the
-//! data path needs (front-end virtual address → guest physical address → host
-//! pointer).
+//! ADD/REM_MEM_REG), mapped into this process as vm-memory regions, and the
+//! address translation the rings need (front-end virtual address → guest
+//! physical address). The data path reaches guest memory only through
+//! vm-memory's slices ([`crate::virtqueue::chain`]).
 
 use std::fs::File;
 use std::sync::Arc;
 
-use vm_memory::{
-    FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryRegion, GuestRegionMmap,
-    MemoryRegionAddress, MmapRegion,
-};
+use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap, MmapRegion};
 
 /// The mapped guest memory the queues use.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
@@ -128,30 +126,4 @@ fn map_regions(regions: &[Region]) -> Result<GuestMemoryMmap, MemError> {
         mapped.push(region);
     }
     GuestMemoryMmap::from_regions(mapped).map_err(|_| MemError::Overlap)
-}
-
-/// Splits `[gpa, gpa+len)` into host-memory segments, appending them to `out`.
-/// Returns false when any byte of the range is outside guest memory.
-pub fn host_segments(
-    mem: &GuestMemoryMmap,
-    gpa: u64,
-    len: u64,
-    out: &mut Vec<(*mut u8, usize)>,
-) -> bool {
-    let mut addr = gpa;
-    let mut left = len;
-    while left > 0 {
-        let Some(region) = mem.find_region(GuestAddress(addr)) else {
-            return false;
-        };
-        let offset = addr - region.start_addr().0;
-        let in_region = (region.len() - offset).min(left);
-        let Ok(ptr) = region.get_host_address(MemoryRegionAddress(offset)) else {
-            return false;
-        };
-        out.push((ptr, in_region as usize));
-        addr += in_region;
-        left -= in_region;
-    }
-    true
 }

@@ -49,8 +49,8 @@ impl Recorder {
         server: &Server,
         pos: u16,
         head: u16,
-        r: &mut ChainReader,
-        w: &mut ChainWriter,
+        r: &mut ChainReader<'_>,
+        w: &mut ChainWriter<'_>,
     ) -> usize {
         let in_flight = self.in_flight.take();
         let j = self.journal;

@@ -34,7 +34,7 @@ use xvfs_fs::ratelimit::RateLimiter;
 use crate::migration::dirty_log::LogTarget;
 pub use crate::ops::metrics::QueueStats;
 use crate::sys;
-use crate::virtqueue::chain::{split_chain, ChainWriter};
+use crate::virtqueue::chain::split_chain;
 use crate::virtqueue::mem::GuestMemoryMmap;
 use crate::virtqueue::poll::PollPolicy;
 pub use crate::virtqueue::poll::{measure_wake_cost, PollConfig, PollMode, BUDGET_PERIOD};
@@ -522,16 +522,16 @@ impl WorkerCtx {
                     };
                     match outcome {
                         Outcome::Replied(n) => {
-                            self.publish(mem, head, Some(&w), n, request_bytes, started)?
+                            self.publish(mem, head, w.guest_ranges(), n, request_bytes, started)?
                         }
                         Outcome::Waiting(wait) => {
                             let p = Waiting {
                                 wait,
                                 head,
-                                w,
+                                reply: w.guest_ranges().to_vec(),
                                 request_bytes,
                                 started,
-                                _mem: guard.clone().into_inner(),
+                                mem: guard.clone().into_inner(),
                             };
                             self.park(mem, p)?;
                         }
@@ -545,7 +545,7 @@ impl WorkerCtx {
                             self.index
                         );
                     }
-                    self.publish(mem, head, None, 0, 0, started)?;
+                    self.publish(mem, head, &[], 0, 0, started)?;
                 }
             }
             served += 1;
@@ -554,20 +554,21 @@ impl WorkerCtx {
         Ok(served)
     }
 
-    /// Puts a served chain, with `len` reply bytes written through `w`, on
-    /// the used ring, and tells the guest (when it asks to be told) at once
-    /// unless its backlog keeps this worker busy: see [`NOTIFY_BACKLOG`].
+    /// Puts a served chain, with `len` reply bytes written into its
+    /// device-writable ranges `reply` (guest address, length), on the used
+    /// ring, and tells the guest (when it asks to be told) at once unless its
+    /// backlog keeps this worker busy: see [`NOTIFY_BACKLOG`].
     fn publish(
         &mut self,
         mem: &GuestMemoryMmap,
         head: u16,
-        w: Option<&ChainWriter>,
+        reply: &[(u64, u64)],
         len: usize,
         request_bytes: usize,
         started: Instant,
     ) -> Result<(), RingFault> {
-        if let (Some(log), Some(w)) = (&self.log, w) {
-            for &(gpa, len) in w.guest_ranges() {
+        if let Some(log) = &self.log {
+            for &(gpa, len) in reply {
                 log.log.mark(gpa, len);
             }
         }
@@ -619,12 +620,12 @@ impl WorkerCtx {
         self.next_retry = now + LOCK_RETRY;
         let mut i = 0;
         while i < self.waiting.list.len() {
-            let p = &mut self.waiting.list[i];
-            match self.server.retry_lock(&p.wait, &mut p.w) {
+            let p = &self.waiting.list[i];
+            match self.server.retry_lock(&p.wait, &mut p.writer()) {
                 None => i += 1,
                 Some(n) => {
                     let p = self.waiting.remove(i);
-                    self.publish(mem, p.head, Some(&p.w), n, p.request_bytes, p.started)?;
+                    self.publish(mem, p.head, &p.reply, n, p.request_bytes, p.started)?;
                 }
             }
         }
@@ -633,22 +634,22 @@ impl WorkerCtx {
 
     /// Keeps a SETLKW waiting for its lock; with [`WaitList::is_full`],
     /// answers it ENOLCK at once instead.
-    fn park(&mut self, mem: &GuestMemoryMmap, mut p: Waiting) -> Result<(), RingFault> {
+    fn park(&mut self, mem: &GuestMemoryMmap, p: Waiting) -> Result<(), RingFault> {
         if !self.waiting.is_full() {
             self.waiting.push(p);
             return Ok(());
         }
-        let n = self.server.end_wait(p.wait, &mut p.w, libc::ENOLCK);
-        self.publish(mem, p.head, Some(&p.w), n, p.request_bytes, p.started)
+        let n = self.server.end_wait(p.wait, &mut p.writer(), libc::ENOLCK);
+        self.publish(mem, p.head, &p.reply, n, p.request_bytes, p.started)
     }
 
     /// Ends every waiting SETLKW with EINTR (the ring stops: a successor or
     /// the migration destination starts from a ring with nothing pending).
     fn end_waiting(&mut self) -> Result<(), RingFault> {
         let guard = self.mem.memory();
-        while let Some(mut p) = self.waiting.pop() {
-            let n = self.server.end_wait(p.wait, &mut p.w, libc::EINTR);
-            self.publish(&guard, p.head, Some(&p.w), n, p.request_bytes, p.started)?;
+        while let Some(p) = self.waiting.pop() {
+            let n = self.server.end_wait(p.wait, &mut p.writer(), libc::EINTR);
+            self.publish(&guard, p.head, &p.reply, n, p.request_bytes, p.started)?;
         }
         self.signal_used(&guard)
     }
@@ -657,8 +658,8 @@ impl WorkerCtx {
     /// used ring (the ring is broken until the front-end resets it), so
     /// that the server does not count them as waiting any longer.
     fn drop_waiting(&mut self) {
-        while let Some(mut p) = self.waiting.pop() {
-            self.server.end_wait(p.wait, &mut p.w, libc::EINTR);
+        while let Some(p) = self.waiting.pop() {
+            self.server.end_wait(p.wait, &mut p.writer(), libc::EINTR);
         }
     }
 

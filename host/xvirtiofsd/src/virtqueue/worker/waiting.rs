@@ -9,22 +9,27 @@ use xvfs_fs::fuse::LockWait;
 use crate::virtqueue::chain::ChainWriter;
 use crate::virtqueue::mem::GuestMemoryMmap;
 
-/// A SETLKW waiting for its lock: its chain stays off the used ring.
+/// A SETLKW waiting for its lock: its chain stays off the used ring. It
+/// keeps the memory snapshot it was popped with and its reply's guest
+/// ranges, and makes its writer again ([`Waiting::writer`]) to answer.
 pub(super) struct Waiting {
     pub(super) wait: LockWait,
     pub(super) head: u16,
-    pub(super) w: ChainWriter,
+    /// The device-writable descriptors (guest address, length).
+    pub(super) reply: Vec<(u64, u64)>,
     pub(super) request_bytes: usize,
     pub(super) started: Instant,
-    /// Keeps the memory `w` points into mapped.
-    pub(super) _mem: Arc<GuestMemoryMmap>,
+    pub(super) mem: Arc<GuestMemoryMmap>,
 }
 
-// SAFETY: `w` holds raw pointers into guest memory, which `_mem` keeps
-// mapped for as long as the entry lives, whatever thread holds it. Entries
-// are made and used by their worker thread only (the list is moved there
-// empty, when the worker starts).
-unsafe impl Send for Waiting {}
+impl Waiting {
+    /// The reply's writer, over the snapshot the chain was popped with (the
+    /// ranges were translated in it once, so they translate again; should
+    /// they not, the reply is empty, as a malformed chain's).
+    pub(super) fn writer(&self) -> ChainWriter<'_> {
+        ChainWriter::over(&self.mem, self.reply.clone()).unwrap_or_else(|_| ChainWriter::empty())
+    }
+}
 
 /// The SETLKW requests a worker keeps waiting: at most one per descriptor
 /// chain head (the device owns a chain until it puts it on the used ring,
