@@ -47,6 +47,11 @@
 #                        the rate of both daemons (docs/loadgen.md)
 #   VIRTIOFSD            upstream virtiofsd (default /opt/xvirtiofs/virtiofsd/bin/virtiofsd)
 #   XVIRTIOFSD           our daemon (default host/target/release/xvirtiofsd)
+#   BENCH_BEFORE         an earlier build of xvirtiofsd: every case also runs
+#                        it (variants before-never, before-adaptive, one
+#                        queue, same options), and the report adds a table of
+#                        this build against it beside the A/A band: a change
+#                        judged before/after in one run
 #
 # Machine etiquette: holds /tmp/xvfs-vm.lock for the whole run and waits
 # while any QEMU runs, so that VM tests and benchmarks never share the CPUs.
@@ -89,6 +94,7 @@ CASES=(
 )
 
 NOTES=()
+BEFORE=
 XV_VARIANTS=()
 PAUSES=0
 
@@ -130,6 +136,8 @@ daemon_cmd() {
                 echo "$XVIRTIOFSD ${common[*]} --log-level warn --poll adaptive"
             fi
             ;;
+        before-never) echo "$BEFORE ${common[*]} --log-level warn --poll never" ;;
+        before-adaptive) echo "$BEFORE ${common[*]} --log-level warn --poll adaptive --poll-us $POLL_US" ;;
         virtiofsd | virtiofsd-aa) echo "$VIRTIOFSD ${common[*]} --log-level error" ;;
         virtiofsd-pool*) echo "$VIRTIOFSD ${common[*]} --log-level error --thread-pool-size ${v#virtiofsd-pool}" ;;
         *) die "unknown variant $v" ;;
@@ -221,6 +229,10 @@ case_variants() {
         [ "$threads" -lt 2 ] || echo "$v 2 1"
     done
     echo "virtiofsd 1 $threads"
+    if [ -n "$BEFORE" ]; then
+        echo "before-never 1 $threads"
+        echo "before-adaptive 1 $threads"
+    fi
     [ "$pollwait" = yes ] || echo "native 0 $threads"
 }
 
@@ -312,6 +324,11 @@ main() {
     [ -x "$XVIRTIOFSD" ] || die "$XVIRTIOFSD missing: run 'make build'"
     [ -x "$VIRTIOFSD" ] || die "$VIRTIOFSD missing: run 'make deps'"
     "$PYTHON" -c 'import matplotlib' 2>/dev/null || die "python3-matplotlib missing: run 'make deps'"
+    if [ -n "${BENCH_BEFORE:-}" ]; then
+        [ -x "$BENCH_BEFORE" ] || die "BENCH_BEFORE=$BENCH_BEFORE: not an executable"
+        "$BENCH_BEFORE" --help | grep -q -- '--poll-us' ||
+            die "BENCH_BEFORE=$BENCH_BEFORE: no --poll-us (older than the variants it would run)"
+    fi
     check_idle_knob
 
     local rev date
@@ -328,6 +345,10 @@ main() {
     local src_xv=$XVIRTIOFSD
     cp "$XVIRTIOFSD" "$BIN_DIR/xvirtiofsd"
     cp "$LOADGEN" "$BIN_DIR/loadgen"
+    if [ -n "${BENCH_BEFORE:-}" ]; then
+        cp "$BENCH_BEFORE" "$BIN_DIR/xvirtiofsd-before"
+        BEFORE=$BIN_DIR/xvirtiofsd-before
+    fi
     XVIRTIOFSD=$BIN_DIR/xvirtiofsd
     LOADGEN=$BIN_DIR/loadgen
 
@@ -369,6 +390,8 @@ main() {
         echo "idle=$(idle_state)"
         echo "xvirtiofsd=$src_xv (sha256 $(sha256sum "$XVIRTIOFSD" | cut -c1-16), copied for the run)"
         echo "virtiofsd=$VIRTIOFSD ($("$VIRTIOFSD" --version 2>/dev/null | head -n 1))"
+        [ -z "$BEFORE" ] ||
+            echo "before=$BENCH_BEFORE ($("$BEFORE" -V 2>/dev/null | head -n 1), sha256 $(sha256sum "$BEFORE" | cut -c1-16))"
         local n
         for n in "${NOTES[@]}"; do
             echo "note=$n"

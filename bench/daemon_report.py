@@ -139,7 +139,16 @@ def variant_base(v):
 
 
 def variant_key(v):
-    order = ["xv-never", "xv-adaptive", "xv", "virtiofsd", "virtiofsd-aa", "native"]
+    order = [
+        "xv-never",
+        "xv-adaptive",
+        "xv",
+        "before-never",
+        "before-adaptive",
+        "virtiofsd",
+        "virtiofsd-aa",
+        "native",
+    ]
     base = variant_base(v)
     pool = re.match(r"virtiofsd-pool(\d+)$", base)
     if pool:
@@ -381,6 +390,50 @@ def parity_table(s):
     return out + [""]
 
 
+def before_after_table(s, m):
+    """With BENCH_BEFORE: each case's single-queue variants against the same
+    variant of the earlier build, beside the A/A band of the same run."""
+    if not any(variant_base(v).startswith("before-") for (_, v) in s):
+        return []
+    out = [
+        "## Against the earlier build (BENCH_BEFORE)",
+        "",
+        f"This build ÷ `{m.get('before', '?')}`, same variant, same run, medians over "
+        "repetitions (GB/s for the 1 MiB cases, ops/s otherwise; CPU per request). The "
+        "A/A columns are virtiofsd ÷ virtiofsd in the same run: two identical back-ends "
+        "this far apart are noise, so only a ratio below the A/A minimum says slower.",
+        "",
+        "| case | polling off | CPU/req | adaptive | CPU/req | A/A | A/A CPU/req |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    worse, aa_t = [], []
+    rows = []
+    for case in [c for c in CASE_ORDER if any(k[0] == c for k in s)]:
+        base = baseline_variant(s, case, "virtiofsd")
+        suffix = base[len("virtiofsd") :] if base else ""
+        key = "gbs" if case in BYTES_CASES else "ops"
+        cells = []
+        for v in ("never", "adaptive"):
+            after, before = s.get((case, f"xv-{v}{suffix}")), s.get((case, f"before-{v}{suffix}"))
+            t, c = ratios_to(after, before, key) if before else (None, None)
+            cells += [fmt(t, 2), fmt(c, 2)]
+            rows.append((case, v, t))
+        t, c = ratios_to(s.get((case, "virtiofsd-aa" + suffix)), s[(case, base)], key) if base else (None, None)
+        if t is not None and not case.endswith("-pollwait"):
+            aa_t.append(t)
+        cells += [fmt(t, 2), fmt(c, 2)]
+        out.append(f"| {case} | " + " | ".join(cells) + " |")
+    low = min(aa_t) if aa_t else 1.0
+    for case, v, t in rows:
+        if t is not None and t < low and not case.endswith("-pollwait"):
+            worse.append(f"{case} ({v}) {t:.2f}")
+    out.append("")
+    out.append(
+        f"- Below the A/A minimum ({low:.2f}): " + (", ".join(worse) if worse else "none") + "."
+    )
+    return out + [""]
+
+
 def scaling_table(s, host):
     """4 KiB reads: ops/s and daemon CPU µs per request by variant (rows) and
     client threads (columns)."""
@@ -487,6 +540,7 @@ def main():
         lines += ["## Notes", ""] + [f"- {n}" for n in m["note"]] + [""]
     lines += ["## Targets (measurements, not tests)", ""] + targets(s) + [""]
     lines += parity_table(s)
+    lines += before_after_table(s, m)
     lines += ["## Results", ""]
     others = {c for (c, _) in s if not c.startswith("scaling-c")} - set(CASE_ORDER)
     for c in CASE_ORDER + sorted(others):
