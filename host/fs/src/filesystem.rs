@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The file system seam: what the FUSE server asks of a file system.
 //!
-//! [`FileSystem`] has one method per FUSE operation, with typed arguments
+//! [`FileSystem`] has one method per FUSE operation, in five families
+//! ([`Session`], [`Nodes`], [`Files`], [`Locks`], [`Extended`]), with typed arguments
 //! (node ids, a [`Context`], `&CStr` names, [`SetAttr`]) and typed replies
 //! ([`Entry`], [`Stat`], [`Opened`], [`XattrReply`], ...). Every method but the
 //! hooks defaults to `ENOSYS`. The server has checked every argument's shape
@@ -86,7 +87,7 @@ pub struct Context {
 }
 
 /// An entry handed to the guest: a node id and the file's attributes. Each one
-/// returned counts as one lookup, undone by [`FileSystem::forget`].
+/// returned counts as one lookup, undone by [`Nodes::forget`].
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
     /// Node id (0 never; [`ROOT_ID`] for the root).
@@ -222,9 +223,19 @@ fn nosys<T>() -> io::Result<T> {
     Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 
-/// One method per FUSE operation. Called concurrently by every queue worker.
+/// Everything the FUSE server asks of a file system: one method per FUSE
+/// operation, in five families, each a trait of its own so that a file
+/// system implements each family where those operations live. Every method
+/// but [`Session::capabilities`] and the hooks defaults to `ENOSYS`. Called
+/// concurrently by every queue worker.
+pub trait FileSystem: Session + Nodes + Files + Locks + Extended {}
+
+impl<T: Session + Nodes + Files + Locks + Extended> FileSystem for T {}
+
+/// The session: what the file system offers, and the FUSE session starting,
+/// resuming and ending. Part of [`FileSystem`].
 #[allow(unused_variables)]
-pub trait FileSystem: Send + Sync {
+pub trait Session: Send + Sync {
     /// What this file system supports.
     fn capabilities(&self) -> Capabilities;
 
@@ -243,7 +254,13 @@ pub trait FileSystem: Send + Sync {
     /// The session the server now speaks (None: none), after INIT, DESTROY
     /// or a resume: for a file system that records it (crash restart).
     fn session_changed(&self, session: Option<crate::SessionState>) {}
+}
 
+/// Names and attributes: the nodes of the tree and their names (LOOKUP to
+/// LINK), and what the whole file system reports (STATFS, ACCESS, SYNCFS). Part
+/// of [`FileSystem`].
+#[allow(unused_variables)]
+pub trait Nodes: Session {
     /// LOOKUP `name` in `parent` (`.` and `..` included).
     fn lookup(&self, ctx: Context, parent: u64, name: &CStr) -> io::Result<Entry> {
         nosys()
@@ -323,6 +340,26 @@ pub trait FileSystem: Send + Sync {
         nosys()
     }
 
+    /// STATFS.
+    fn statfs(&self, ctx: Context, node: u64) -> io::Result<StatFs> {
+        nosys()
+    }
+
+    /// ACCESS.
+    fn access(&self, ctx: Context, node: u64, mask: u32) -> io::Result<()> {
+        nosys()
+    }
+
+    /// SYNCFS.
+    fn syncfs(&self, ctx: Context, node: u64) -> io::Result<()> {
+        nosys()
+    }
+}
+
+/// Open files and directories: opening, data in and out, syncing, closing, and
+/// reading directories. Part of [`FileSystem`].
+#[allow(unused_variables)]
+pub trait Files: Session {
     /// OPEN with guest `flags`.
     fn open(&self, ctx: Context, node: u64, flags: u32) -> io::Result<Opened> {
         nosys()
@@ -390,31 +427,6 @@ pub trait FileSystem: Send + Sync {
         nosys()
     }
 
-    /// GETLK: the first lock of another owner that conflicts with `lock`
-    /// on `node` (opened as `fh`), or `lock` with [`LockKind::Unlock`].
-    fn getlk(&self, ctx: Context, node: u64, fh: u64, owner: u64, lock: Lock) -> io::Result<Lock> {
-        nosys()
-    }
-
-    /// SETLK: takes, changes or drops `owner`'s lock on `node` at once,
-    /// never waiting: EAGAIN while another owner holds a conflicting one
-    /// (SETLKW then asks again later).
-    fn setlk(
-        &self,
-        ctx: Context,
-        node: u64,
-        fh: u64,
-        owner: LockOwner,
-        lock: Lock,
-    ) -> io::Result<()> {
-        nosys()
-    }
-
-    /// Drops every lock `owner` holds on `node`: POSIX locks when the
-    /// owner closes any descriptor of the file (FLUSH), flock locks when
-    /// the last reference to the guest's open file goes (RELEASE).
-    fn unlock_owner(&self, node: u64, owner: LockOwner) {}
-
     /// FSYNC.
     fn fsync(&self, ctx: Context, node: u64, fh: u64, datasync: bool) -> io::Result<()> {
         nosys()
@@ -455,17 +467,42 @@ pub trait FileSystem: Send + Sync {
     fn fsyncdir(&self, ctx: Context, node: u64, fh: u64, datasync: bool) -> io::Result<()> {
         nosys()
     }
+}
 
-    /// STATFS.
-    fn statfs(&self, ctx: Context, node: u64) -> io::Result<StatFs> {
+/// POSIX and flock locks on open files (GETLK, SETLK, SETLKW). Part of [`FileSystem`].
+#[allow(unused_variables)]
+pub trait Locks: Session {
+    /// GETLK: the first lock of another owner that conflicts with `lock`
+    /// on `node` (opened as `fh`), or `lock` with [`LockKind::Unlock`].
+    fn getlk(&self, ctx: Context, node: u64, fh: u64, owner: u64, lock: Lock) -> io::Result<Lock> {
         nosys()
     }
 
-    /// ACCESS.
-    fn access(&self, ctx: Context, node: u64, mask: u32) -> io::Result<()> {
+    /// SETLK: takes, changes or drops `owner`'s lock on `node` at once,
+    /// never waiting: EAGAIN while another owner holds a conflicting one
+    /// (SETLKW then asks again later).
+    fn setlk(
+        &self,
+        ctx: Context,
+        node: u64,
+        fh: u64,
+        owner: LockOwner,
+        lock: Lock,
+    ) -> io::Result<()> {
         nosys()
     }
 
+    /// Drops every lock `owner` holds on `node`: POSIX locks when the
+    /// owner closes any descriptor of the file (FLUSH), flock locks when
+    /// the last reference to the guest's open file goes (RELEASE).
+    fn unlock_owner(&self, node: u64, owner: LockOwner) {}
+}
+
+/// Beyond the POSIX core: extended attributes and security contexts, space
+/// allocation, seeking data and holes, copying between files. Part of
+/// [`FileSystem`].
+#[allow(unused_variables)]
+pub trait Extended: Session {
     /// FUSE_SECURITY_CTX: sets the security context `value` (attribute
     /// `attr`, a `security.` name) the guest's security module gave the
     /// file `node` it has just created, whatever its type.
@@ -536,11 +573,6 @@ pub trait FileSystem: Send + Sync {
         len: u64,
         flags: u64,
     ) -> io::Result<usize> {
-        nosys()
-    }
-
-    /// SYNCFS.
-    fn syncfs(&self, ctx: Context, node: u64) -> io::Result<()> {
         nosys()
     }
 }

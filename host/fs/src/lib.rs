@@ -12,7 +12,10 @@
 //!    [`session`], and the [`Server`] that checks each request, parses it into
 //!    typed arguments and encodes the reply — one small function per opcode;
 //! 3. the seam, [`filesystem::FileSystem`]: one method per FUSE operation,
-//!    typed arguments and replies; READ and WRITE hand the file system a
+//!    typed arguments and replies, in five family traits ([`filesystem::Session`],
+//!    [`filesystem::Nodes`], [`filesystem::Files`], [`filesystem::Locks`],
+//!    [`filesystem::Extended`]) that a file system implements where each
+//!    family's operations live; READ and WRITE hand the file system a
 //!    zero-copy sink/source over guest memory;
 //! 4. file systems: [`passthrough`] (a host directory; what the daemon serves)
 //!    and [`memfs`] (in memory; for tests and the fuzzer).

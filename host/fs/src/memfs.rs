@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! An in-memory file system: directories, regular files (data in a `Vec<u8>`)
 //! and symlinks, with lookup counts and FORGET. It proves the
-//! [`FileSystem`] seam and serves tests and the fuzzer; it is not tuned.
+//! [`FileSystem`](crate::filesystem::FileSystem) seam and serves tests and the fuzzer; it is not tuned.
 //!
 //! A node lives while it is linked in a directory, the guest holds lookups on
 //! it, or a handle is open on it. One mutex guards everything. READ and WRITE
@@ -15,8 +15,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::abi::init_flags;
 use crate::filesystem::{
-    Capabilities, Context, DataSink, DataSource, DirEntry, Entry, FileSystem, Opened, SetAttr,
-    Stat, StatFs, ROOT_ID,
+    Capabilities, Context, DataSink, DataSource, DirEntry, Entry, Extended, Files, Locks, Nodes,
+    Opened, Session, SetAttr, Stat, StatFs, ROOT_ID,
 };
 
 /// Largest file (bigger writes get `EFBIG`).
@@ -328,7 +328,7 @@ impl Inner {
     }
 }
 
-impl FileSystem for MemFs {
+impl Session for MemFs {
     fn capabilities(&self) -> Capabilities {
         use init_flags::*;
         Capabilities {
@@ -370,7 +370,9 @@ impl FileSystem for MemFs {
             g.maybe_drop(id);
         }
     }
+}
 
+impl Nodes for MemFs {
     fn lookup(&self, _: Context, parent: u64, name: &CStr) -> io::Result<Entry> {
         let mut g = self.lock();
         let id = g.child(parent, name.to_bytes())?;
@@ -445,6 +447,22 @@ impl FileSystem for MemFs {
         self.lock().rename(parent, name, newparent, newname, flags)
     }
 
+    fn statfs(&self, _: Context, _: u64) -> io::Result<StatFs> {
+        // SAFETY: `statfs64` is plain old data; all zeroes is a valid value.
+        let mut s: StatFs = unsafe { std::mem::zeroed() };
+        s.f_bsize = 4096;
+        s.f_frsize = 4096;
+        s.f_namelen = 255;
+        s.f_files = self.lock().nodes.len() as u64;
+        Ok(s)
+    }
+
+    fn access(&self, _: Context, node: u64, _: u32) -> io::Result<()> {
+        self.lock().node(node).map(|_| ())
+    }
+}
+
+impl Files for MemFs {
     fn open(&self, _: Context, node: u64, flags: u32) -> io::Result<Opened> {
         let mut g = self.lock();
         let o = g.open(node, false)?;
@@ -606,18 +624,8 @@ impl FileSystem for MemFs {
     fn fsyncdir(&self, _: Context, _: u64, _: u64, _: bool) -> io::Result<()> {
         Ok(())
     }
-
-    fn statfs(&self, _: Context, _: u64) -> io::Result<StatFs> {
-        // SAFETY: `statfs64` is plain old data; all zeroes is a valid value.
-        let mut s: StatFs = unsafe { std::mem::zeroed() };
-        s.f_bsize = 4096;
-        s.f_frsize = 4096;
-        s.f_namelen = 255;
-        s.f_files = self.lock().nodes.len() as u64;
-        Ok(s)
-    }
-
-    fn access(&self, _: Context, node: u64, _: u32) -> io::Result<()> {
-        self.lock().node(node).map(|_| ())
-    }
 }
+
+impl Locks for MemFs {}
+
+impl Extended for MemFs {}

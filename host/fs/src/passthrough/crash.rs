@@ -74,11 +74,4 @@ impl PassthroughFs {
     pub fn journal(&self) -> Option<&'static Journal> {
         self.inodes.journal()
     }
-
-    /// Records the FUSE session in the journal, if one is attached.
-    pub(crate) fn journal_session(&self, s: Option<crate::SessionState>) {
-        if let Some(j) = self.inodes.journal() {
-            j.set_session(s);
-        }
-    }
 }

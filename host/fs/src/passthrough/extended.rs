@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The extended operations of [`PassthroughFs`]: extended attributes, range
-//! operations on open files (fallocate, lseek, copy_file_range) and syncfs.
+//! [`Extended`] for [`PassthroughFs`]: extended attributes and security
+//! contexts, and range operations on open files (fallocate, lseek,
+//! copy_file_range).
 
 use std::borrow::Cow;
 use std::ffi::CStr;
@@ -8,7 +9,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use super::table::{lock, Inode};
-use super::{err, PassthroughFs, XattrReply};
+use super::{err, Ctx, PassthroughFs, XattrReply};
+use crate::filesystem::Extended;
 use crate::sys;
 
 /// The attributes that hold POSIX ACLs.
@@ -55,7 +57,67 @@ impl PassthroughFs {
         }
     }
 
-    pub(crate) fn getxattr(&self, id: u64, name: &CStr, size: u32) -> io::Result<XattrReply> {
+    /// The mode for a file the guest creates in `parent`: its mode as
+    /// allowed (`--no-setid`), less the caller's umask (FUSE_DONT_MASK),
+    /// unless the parent has a default ACL, which then decides instead, as
+    /// the host kernel does it (this daemon's own umask is 0).
+    pub(crate) fn create_mode(&self, ctx: super::Ctx, parent: &Inode, kind: u32, mode: u32) -> u32 {
+        let m = self.guest_mode(kind, mode);
+        if ctx.umask == 0 || self.default_acl(parent) {
+            return m;
+        }
+        m & !ctx.umask
+    }
+
+    /// Whether directory `dir` has a default ACL (never without POSIX ACLs
+    /// negotiated: the guest cannot have set one).
+    fn default_acl(&self, dir: &Inode) -> bool {
+        if !self.negotiated(crate::abi::init_flags::POSIX_ACL) {
+            return false;
+        }
+        let Ok(fd) = self.reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY) else {
+            return false;
+        };
+        // A size query; an error (ENODATA) means none.
+        sys::fgetxattr(fd.as_fd(), c"system.posix_acl_default", &mut []).is_ok_and(|n| n > 0)
+    }
+}
+
+impl Extended for PassthroughFs {
+    /// See [`crate::filesystem::Extended::set_security_context`]. Set
+    /// through the node's `/proc/self/fd` name (which names the file itself,
+    /// a symlink or device too), with the working directory the daemon's
+    /// `/proc/self/fd`: every thread that labels moves it there, and nothing
+    /// else in the daemon resolves a relative path.
+    fn set_security_context(&self, _: Ctx, id: u64, attr: &CStr, value: &[u8]) -> io::Result<()> {
+        self.writable()?;
+        let inode = self.inode(id)?;
+        let attr = &*self.host_xattr(attr)?;
+        sys::fchdir(self.proc_self_fd.as_fd())?;
+        let inode_fd = inode.fd()?;
+        let name = sys::fd_name(inode_fd.as_raw_fd());
+        sys::setxattr_path(&name, attr, value)
+    }
+
+    fn setxattr(&self, ctx: Ctx, id: u64, name: &CStr, value: &[u8], flags: u32) -> io::Result<()> {
+        self.writable()?;
+        let flags = flags as i32;
+        if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let name = &*self.host_xattr(name)?;
+        let fd = self.xattr_fd(id)?;
+        if ctx.acl_kill_sgid && name.to_bytes() == ACL_ACCESS {
+            // The guest kernel asks: the caller is not in the file's group.
+            let mode = sys::stat_fd(fd.as_fd())?.st_mode;
+            if mode & libc::S_ISGID != 0 {
+                sys::fchmod(fd.as_fd(), mode & 0o7777 & !libc::S_ISGID)?;
+            }
+        }
+        super::replayed(sys::fsetxattr(fd.as_fd(), name, value, flags), libc::EEXIST)
+    }
+
+    fn getxattr(&self, _: Ctx, id: u64, name: &CStr, size: u32) -> io::Result<XattrReply> {
         let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
         if size == 0 {
@@ -68,7 +130,7 @@ impl PassthroughFs {
         Ok(XattrReply::Value(buf))
     }
 
-    pub(crate) fn listxattr(&self, id: u64, size: u32) -> io::Result<XattrReply> {
+    fn listxattr(&self, _: Ctx, id: u64, size: u32) -> io::Result<XattrReply> {
         let fd = match self.xattr_fd(id) {
             Ok(fd) => fd,
             // Symlinks and special files: report no attributes.
@@ -103,84 +165,22 @@ impl PassthroughFs {
         Ok(XattrReply::Value(buf))
     }
 
-    pub(crate) fn setxattr(
-        &self,
-        ctx: super::Ctx,
-        id: u64,
-        name: &CStr,
-        value: &[u8],
-        flags: u32,
-    ) -> io::Result<()> {
-        self.writable()?;
-        let flags = flags as i32;
-        if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
-            return Err(err(libc::EINVAL));
-        }
-        let name = &*self.host_xattr(name)?;
-        let fd = self.xattr_fd(id)?;
-        if ctx.acl_kill_sgid && name.to_bytes() == ACL_ACCESS {
-            // The guest kernel asks: the caller is not in the file's group.
-            let mode = sys::stat_fd(fd.as_fd())?.st_mode;
-            if mode & libc::S_ISGID != 0 {
-                sys::fchmod(fd.as_fd(), mode & 0o7777 & !libc::S_ISGID)?;
-            }
-        }
-        super::replayed(sys::fsetxattr(fd.as_fd(), name, value, flags), libc::EEXIST)
-    }
-
-    /// The mode for a file the guest creates in `parent`: its mode as
-    /// allowed (`--no-setid`), less the caller's umask (FUSE_DONT_MASK),
-    /// unless the parent has a default ACL, which then decides instead, as
-    /// the host kernel does it (this daemon's own umask is 0).
-    pub(crate) fn create_mode(&self, ctx: super::Ctx, parent: &Inode, kind: u32, mode: u32) -> u32 {
-        let m = self.guest_mode(kind, mode);
-        if ctx.umask == 0 || self.default_acl(parent) {
-            return m;
-        }
-        m & !ctx.umask
-    }
-
-    /// Whether directory `dir` has a default ACL (never without POSIX ACLs
-    /// negotiated: the guest cannot have set one).
-    fn default_acl(&self, dir: &Inode) -> bool {
-        if !self.negotiated(crate::abi::init_flags::POSIX_ACL) {
-            return false;
-        }
-        let Ok(fd) = self.reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY) else {
-            return false;
-        };
-        // A size query; an error (ENODATA) means none.
-        sys::fgetxattr(fd.as_fd(), c"system.posix_acl_default", &mut []).is_ok_and(|n| n > 0)
-    }
-
-    /// See [`crate::filesystem::FileSystem::set_security_context`]. Set
-    /// through the node's `/proc/self/fd` name (which names the file itself,
-    /// a symlink or device too), with the working directory the daemon's
-    /// `/proc/self/fd`: every thread that labels moves it there, and nothing
-    /// else in the daemon resolves a relative path.
-    pub(crate) fn set_security_context(
-        &self,
-        id: u64,
-        attr: &CStr,
-        value: &[u8],
-    ) -> io::Result<()> {
-        self.writable()?;
-        let inode = self.inode(id)?;
-        let attr = &*self.host_xattr(attr)?;
-        sys::fchdir(self.proc_self_fd.as_fd())?;
-        let inode_fd = inode.fd()?;
-        let name = sys::fd_name(inode_fd.as_raw_fd());
-        sys::setxattr_path(&name, attr, value)
-    }
-
-    pub(crate) fn removexattr(&self, id: u64, name: &CStr) -> io::Result<()> {
+    fn removexattr(&self, _: Ctx, id: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
         let name = &*self.host_xattr(name)?;
         let fd = self.xattr_fd(id)?;
         super::replayed(sys::fremovexattr(fd.as_fd(), name), libc::ENODATA)
     }
 
-    pub(crate) fn fallocate(&self, fh: u64, mode: u32, offset: u64, len: u64) -> io::Result<()> {
+    fn fallocate(
+        &self,
+        _: Ctx,
+        _: u64,
+        fh: u64,
+        mode: u32,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
         self.writable()?;
         let h = self.handle(fh)?;
         let mode = mode as i32;
@@ -198,7 +198,7 @@ impl PassthroughFs {
         sys::fallocate(h.fd(), mode, offset, len)
     }
 
-    pub(crate) fn lseek(&self, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
+    fn lseek(&self, _: Ctx, _: u64, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
         let whence = whence as i32;
         if ![
             libc::SEEK_SET,
@@ -216,8 +216,9 @@ impl PassthroughFs {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn copy_file_range(
+    fn copy_file_range(
         &self,
+        _: Ctx,
         fh_in: u64,
         off_in: u64,
         fh_out: u64,
@@ -238,16 +239,5 @@ impl PassthroughFs {
             off_out,
             len.min(COPY_MAX) as usize,
         )
-    }
-
-    pub(crate) fn syncfs(&self, id: u64) -> io::Result<()> {
-        let inode = self.inode(id)?;
-        let inode = if inode.is_reg() || inode.is_dir() {
-            inode
-        } else {
-            self.inodes.root().clone()
-        };
-        let fd = self.reopen(&inode, libc::O_RDONLY | libc::O_NONBLOCK)?;
-        sys::syncfs(fd.as_fd())
     }
 }

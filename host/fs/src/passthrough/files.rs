@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Open files and directories: OPEN, CREATE, TMPFILE, RELEASE, FLUSH, FSYNC,
-//! OPENDIR and READDIR, and the open flags the guest may ask for.
+//! [`Files`] for [`PassthroughFs`]: open files and directories (OPEN,
+//! CREATE, TMPFILE, READ, WRITE, RELEASE, FLUSH, FSYNC, OPENDIR, READDIR),
+//! and the open flags the guest may ask for. READ and WRITE copy between the
+//! host descriptor and guest memory with `preadv`/`pwritev`, no staging
+//! buffer.
 
 use std::ffi::CStr;
 use std::io;
@@ -9,7 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use super::table::lock;
 use super::{dirents, err, replayed, CachePolicy, Ctx, PassthroughFs};
 use crate::abi::{fopen, init_flags};
-use crate::filesystem::{DirEntry, Entry};
+use crate::filesystem::{DataSink, DataSource, DirEntry, Entry, Files, Nodes, Opened};
 use crate::sys;
 
 impl PassthroughFs {
@@ -65,7 +68,32 @@ impl PassthroughFs {
         }
     }
 
-    pub(crate) fn open(&self, ctx: Ctx, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
+    fn open_existing(&self, ctx: Ctx, id: u64, flags: i32) -> io::Result<OwnedFd> {
+        let inode = self.inode(id)?;
+        match inode.file_type {
+            libc::S_IFREG => {}
+            libc::S_IFDIR => return Err(err(libc::EISDIR)),
+            libc::S_IFLNK => return Err(err(libc::ELOOP)),
+            _ => return Err(err(libc::ENXIO)),
+        }
+        let mut mask = 0;
+        if flags & libc::O_ACCMODE != libc::O_WRONLY {
+            mask |= libc::R_OK;
+        }
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            mask |= libc::W_OK;
+        }
+        {
+            let _c = self.creds(ctx)?;
+            sys::access_fd(inode.fd()?.as_fd(), mask)?;
+        }
+        let _kill = self.kill_priv(ctx)?;
+        self.reopen(&inode, flags)
+    }
+}
+
+impl Files for PassthroughFs {
+    fn open(&self, ctx: Ctx, id: u64, guest_flags: u32) -> io::Result<Opened> {
         let inode = self.inode(id)?;
         if inode.is_dir() {
             return Err(err(libc::EISDIR));
@@ -82,17 +110,20 @@ impl PassthroughFs {
         };
         let fh = self.handles.insert(id, fd, flags);
         self.opened(id, fh);
-        Ok((fh, self.file_open_flags()))
+        Ok(Opened {
+            fh,
+            flags: self.file_open_flags(),
+        })
     }
 
-    pub(crate) fn create(
+    fn create(
         &self,
         ctx: Ctx,
         parent: u64,
         name: &CStr,
         mode: u32,
         guest_flags: u32,
-    ) -> io::Result<(Entry, u64, u32)> {
+    ) -> io::Result<(Entry, Opened)> {
         self.writable()?;
         let p = self.dir(parent)?;
         // A new inode and a handle: refused before anything is created.
@@ -132,39 +163,22 @@ impl PassthroughFs {
         };
         let fh = self.handles.insert(entry.inode, fd, flags);
         self.opened(entry.inode, fh);
-        Ok((entry, fh, self.file_open_flags()))
+        Ok((
+            entry,
+            Opened {
+                fh,
+                flags: self.file_open_flags(),
+            },
+        ))
     }
 
-    fn open_existing(&self, ctx: Ctx, id: u64, flags: i32) -> io::Result<OwnedFd> {
-        let inode = self.inode(id)?;
-        match inode.file_type {
-            libc::S_IFREG => {}
-            libc::S_IFDIR => return Err(err(libc::EISDIR)),
-            libc::S_IFLNK => return Err(err(libc::ELOOP)),
-            _ => return Err(err(libc::ENXIO)),
-        }
-        let mut mask = 0;
-        if flags & libc::O_ACCMODE != libc::O_WRONLY {
-            mask |= libc::R_OK;
-        }
-        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            mask |= libc::W_OK;
-        }
-        {
-            let _c = self.creds(ctx)?;
-            sys::access_fd(inode.fd()?.as_fd(), mask)?;
-        }
-        let _kill = self.kill_priv(ctx)?;
-        self.reopen(&inode, flags)
-    }
-
-    pub(crate) fn tmpfile(
+    fn tmpfile(
         &self,
         ctx: Ctx,
         parent: u64,
         mode: u32,
         guest_flags: u32,
-    ) -> io::Result<(Entry, u64, u32)> {
+    ) -> io::Result<(Entry, Opened)> {
         self.writable()?;
         let p = self.dir(parent)?;
         self.room(2)?;
@@ -187,10 +201,84 @@ impl PassthroughFs {
         if let Some(i) = self.inodes.get(entry.inode).filter(|_| self.keeping()) {
             self.lose_name(&i);
         }
-        Ok((entry, fh, self.file_open_flags()))
+        Ok((
+            entry,
+            Opened {
+                fh,
+                flags: self.file_open_flags(),
+            },
+        ))
     }
 
-    pub(crate) fn release(&self, fh: u64) -> io::Result<()> {
+    fn read(
+        &self,
+        _: Ctx,
+        _: u64,
+        fh: u64,
+        offset: u64,
+        size: usize,
+        sink: &mut dyn DataSink,
+    ) -> io::Result<usize> {
+        let handle = self.handle(fh)?;
+        let mut done = 0usize;
+        while done < size {
+            let Some(off) = offset.checked_add(done as u64) else {
+                return if done == 0 {
+                    Err(err(libc::EINVAL))
+                } else {
+                    Ok(done)
+                };
+            };
+            match sink.copy_from_fd(handle.fd(), size - done, off) {
+                Ok(0) => break,
+                Ok(n) => done += n.min(size - done),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+
+    fn write(
+        &self,
+        ctx: Ctx,
+        _: u64,
+        fh: u64,
+        offset: u64,
+        size: usize,
+        source: &mut dyn DataSource,
+    ) -> io::Result<usize> {
+        let handle = self.handle(fh)?;
+        // An append lands at the end, wherever that is: the size before tells
+        // a replay whether it happened (a positioned write is the same twice).
+        let append = handle.flags & libc::O_APPEND != 0;
+        if append && crate::journal::journaling() {
+            crate::journal::note_aux(crate::sys::stat_fd(handle.fd())?.st_size as u64);
+        }
+        if let Some(before) = crate::journal::replaying().filter(|_| append) {
+            if crate::sys::stat_fd(handle.fd())?.st_size as u64 >= before + size as u64 {
+                return Ok(size);
+            }
+        }
+        let _kill = self.kill_priv(ctx)?;
+        let mut done = 0usize;
+        while done < size {
+            let off = offset
+                .checked_add(done as u64)
+                .ok_or_else(|| err(libc::EINVAL))?;
+            match source.copy_to_fd(handle.fd(), size - done, off) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+
+    fn release(&self, _: Ctx, _: u64, fh: u64) -> io::Result<()> {
         if self.handles.remove(fh).is_some() {
             self.released(fh);
             return Ok(());
@@ -201,31 +289,36 @@ impl PassthroughFs {
         replayed(Err(err(libc::EBADF)), libc::EBADF)
     }
 
-    pub(crate) fn flush(&self, fh: u64) -> io::Result<()> {
+    fn flush(&self, _: Ctx, _: u64, fh: u64) -> io::Result<()> {
         // Closing a duplicate releases POSIX locks and reports deferred errors
         // of network file systems, as a close() in the guest would.
         drop(sys::dup(self.handle(fh)?.fd())?);
         Ok(())
     }
 
-    pub(crate) fn fsync(&self, fh: u64, datasync: bool) -> io::Result<()> {
+    fn fsync(&self, _: Ctx, _: u64, fh: u64, datasync: bool) -> io::Result<()> {
         sys::fsync(self.handle(fh)?.fd(), datasync)
     }
 
-    pub(crate) fn opendir(&self, id: u64, guest_flags: u32) -> io::Result<(u64, u32)> {
+    fn opendir(&self, _: Ctx, id: u64, guest_flags: u32) -> io::Result<Opened> {
         let inode = self.dir(id)?;
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | (guest_flags as i32 & libc::O_NONBLOCK);
         self.room(1)?;
         let fd = self.reopen(&inode, flags)?;
         let fh = self.handles.insert(id, fd, flags);
         self.opened(id, fh);
-        Ok((fh, self.dir_open_flags()))
+        Ok(Opened {
+            fh,
+            flags: self.dir_open_flags(),
+        })
     }
 
     /// Reads entries of directory handle `fh` from `offset`, handing each to
     /// `f` until it returns false or the directory ends.
-    pub(crate) fn readdir(
+    fn readdir(
         &self,
+        _: Ctx,
+        _: u64,
         fh: u64,
         offset: u64,
         buf_size: usize,
@@ -249,13 +342,21 @@ impl PassthroughFs {
     }
 
     /// LOOKUP for READDIRPLUS: `.` and `..` are not looked up.
-    pub(crate) fn lookup_for_readdir(&self, parent: u64, name: &[u8]) -> Option<Entry> {
+    fn readdirplus_lookup(&self, ctx: Ctx, parent: u64, name: &[u8]) -> Option<Entry> {
         if name == b"." || name == b".." {
             return None;
         }
         let mut v = name.to_vec();
         v.push(0);
         let name = CStr::from_bytes_with_nul(&v).ok()?;
-        self.lookup(parent, name).ok()
+        self.lookup(ctx, parent, name).ok()
+    }
+
+    fn releasedir(&self, ctx: Ctx, node: u64, fh: u64) -> io::Result<()> {
+        self.release(ctx, node, fh)
+    }
+
+    fn fsyncdir(&self, ctx: Ctx, node: u64, fh: u64, datasync: bool) -> io::Result<()> {
+        self.fsync(ctx, node, fh, datasync)
     }
 }

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::table::{lock, Handle, Inode};
-use super::{err, PassthroughFs};
-use crate::filesystem::{Lock, LockKind, LockOwner};
+use super::{err, Ctx, PassthroughFs};
+use crate::filesystem::{Lock, LockKind, LockOwner, Locks};
 use crate::sys;
 
 /// The descriptions that hold locks: (node id, owner) → descriptor.
@@ -129,7 +129,14 @@ impl PassthroughFs {
             .or_else(|_| self.reopen(inode, (h.flags & libc::O_ACCMODE) | libc::O_NONBLOCK))
     }
 
-    pub(crate) fn getlk(&self, node: u64, fh: u64, owner: u64, l: Lock) -> io::Result<Lock> {
+    /// Locks held for the guest now (descriptions with locks).
+    pub fn lock_count(&self) -> usize {
+        self.locks.len()
+    }
+}
+
+impl Locks for PassthroughFs {
+    fn getlk(&self, _: Ctx, node: u64, fh: u64, owner: u64, l: Lock) -> io::Result<Lock> {
         let (inode, h) = self.lock_handle(node, fh)?;
         let key = (
             node,
@@ -175,7 +182,7 @@ impl PassthroughFs {
         })
     }
 
-    pub(crate) fn setlk(&self, node: u64, fh: u64, owner: LockOwner, l: Lock) -> io::Result<()> {
+    fn setlk(&self, _: Ctx, node: u64, fh: u64, owner: LockOwner, l: Lock) -> io::Result<()> {
         let (inode, h) = self.lock_handle(node, fh)?;
         let key = (node, owner);
         let mut map = lock(&self.locks.map);
@@ -197,7 +204,7 @@ impl PassthroughFs {
         Ok(())
     }
 
-    pub(crate) fn unlock_owner(&self, node: u64, owner: LockOwner) {
+    fn unlock_owner(&self, node: u64, owner: LockOwner) {
         if self.locks.len() == 0 {
             return;
         }
@@ -205,10 +212,5 @@ impl PassthroughFs {
         // Closing the description drops every lock it holds.
         map.remove(&(node, owner));
         self.locks.count.store(map.len(), Ordering::Relaxed);
-    }
-
-    /// Locks held for the guest now (descriptions with locks).
-    pub fn lock_count(&self) -> usize {
-        self.locks.len()
     }
 }

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use super::table::{InodeKey, RestoredInode};
 use super::upgrade::{component, open_path};
 use super::{dirents, Error, KeptFiles, PassthroughFs};
-use crate::filesystem::ROOT_ID;
+use crate::filesystem::{Session, ROOT_ID};
 use crate::state::{
     FileHandle, Location, MigratedHandle, MigratedInode, MigrationFs, MAX_HANDLE_SZ,
 };
@@ -237,7 +237,7 @@ impl PassthroughFs {
         mut kept: Option<&mut KeptFiles>,
     ) -> Result<LoadReport, Error> {
         check_state(st, self.cfg.max_open)?;
-        self.end_session();
+        self.destroy();
         let mut report = LoadReport::default();
         let (opened, failed) = self.open_inodes(st, expect, &mut kept, &mut report);
         if let Some((id, why)) = failed.iter().min_by_key(|(id, _)| **id) {
@@ -484,7 +484,7 @@ impl PassthroughFs {
                     report.handles += 1;
                 }
                 Err(why) if abort_on_error => {
-                    self.end_session();
+                    self.destroy();
                     return Err(bad(format!("handle {}: {why}", h.fh)));
                 }
                 Err(why) => {

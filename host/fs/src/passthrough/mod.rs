@@ -35,11 +35,12 @@ mod crash;
 mod creds;
 mod extended;
 mod files;
-mod fs_impl;
 mod handles;
 mod keep;
 mod locks;
 mod migrate;
+mod nodes;
+mod session;
 mod table;
 mod upgrade;
 mod xattrmap;
@@ -55,13 +56,12 @@ pub use self::keep::{Keeper, Kept, KeptFiles};
 pub use self::migrate::{LoadReport, SaveOptions};
 use self::table::{lock, Handle, HandleTable, Inode, InodeTable};
 pub use self::xattrmap::{XattrMap, XattrMapError};
-use crate::abi::{flags as fflags, init_flags};
-use crate::filesystem::ROOT_ID;
-use crate::sys::{self, Stat};
+use crate::abi::init_flags;
+use crate::sys;
 
 pub use self::config::{CachePolicy, Config, Error, HandleMode, Offer, SharedDir};
 
-use crate::filesystem::{Context as Ctx, SetAttr, SetTime};
+use crate::filesystem::{Context as Ctx, SetTime};
 pub use crate::filesystem::{DirEntry, Entry, XattrReply};
 
 fn err(errno: i32) -> io::Error {
@@ -240,82 +240,6 @@ impl PassthroughFs {
         self.inodes.get(id).map(|i| i.refs())
     }
 
-    // ----- session (driven by the server) -----
-
-    /// INIT flags this configuration supports.
-    pub fn supported_init_flags(&self) -> u64 {
-        use init_flags::*;
-        let cfg = &self.cfg;
-        let mut f = ASYNC_READ
-            | ATOMIC_O_TRUNC
-            | EXPORT_SUPPORT
-            | BIG_WRITES
-            | PARALLEL_DIROPS
-            | MAX_PAGES
-            | INIT_EXT;
-        if cfg.readdirplus {
-            f |= DO_READDIRPLUS | READDIRPLUS_AUTO;
-        }
-        if cfg.writeback && !cfg.readonly {
-            f |= WRITEBACK_CACHE;
-        }
-        if cfg.xattr {
-            f |= SETXATTR_EXT;
-        }
-        if cfg.posix_acl != Offer::Never {
-            f |= POSIX_ACL | DONT_MASK | SETXATTR_EXT;
-        }
-        if cfg.security_label != Offer::Never {
-            f |= SECURITY_CTX;
-        }
-        if cfg.killpriv_v2 {
-            f |= HANDLE_KILLPRIV_V2;
-        }
-        if cfg.posix_lock {
-            f |= POSIX_LOCKS;
-        }
-        if cfg.flock {
-            f |= FLOCK_LOCKS;
-        }
-        if cfg.allow_mmap {
-            f |= DIRECT_IO_ALLOW_MMAP;
-        }
-        // Not an answer the guest acts on (it offers SUBMOUNTS to say it
-        // can make them), but kept in the session's flags so that an
-        // upgrade or restart goes on announcing them.
-        if cfg.announce_submounts {
-            f |= SUBMOUNTS;
-        }
-        match cfg.cache {
-            CachePolicy::Never => {}
-            CachePolicy::Metadata => f |= CACHE_SYMLINKS,
-            CachePolicy::Auto => f |= AUTO_INVAL_DATA | CACHE_SYMLINKS,
-            CachePolicy::Always => f |= CACHE_SYMLINKS,
-        }
-        f
-    }
-
-    /// Starts a session with `flags`; forgets everything of an earlier one.
-    pub(crate) fn start_session(&self, flags: u64) {
-        self.end_session();
-        self.negotiated.store(flags, Ordering::Relaxed);
-    }
-
-    /// Resumes a restored session with `flags`, keeping the tables.
-    pub(crate) fn resume_session(&self, flags: u64) {
-        self.negotiated.store(flags, Ordering::Relaxed);
-    }
-
-    /// Ends the session (DESTROY or a new INIT): drops every inode but the root
-    /// and closes every handle.
-    pub(crate) fn end_session(&self) {
-        self.negotiated.store(0, Ordering::Relaxed);
-        self.locks.clear();
-        self.handles.clear();
-        self.inodes.clear();
-        *self.lost_lock() = Lost::default();
-    }
-
     fn lost_lock(&self) -> std::sync::MutexGuard<'_, Lost> {
         lock(&self.lost)
     }
@@ -455,110 +379,6 @@ impl PassthroughFs {
         m
     }
 
-    // ----- operations (called by the server) -----
-
-    pub(crate) fn lookup(&self, parent: u64, name: &CStr) -> io::Result<Entry> {
-        let p = self.inode(parent)?;
-        if !p.is_dir() {
-            return Err(err(libc::ENOTDIR));
-        }
-        if parent == ROOT_ID && name.to_bytes() == b".." {
-            return self.do_lookup(&p, c".");
-        }
-        self.do_lookup(&p, name)
-    }
-
-    pub(crate) fn forget(&self, id: u64, n: u64) {
-        let known = self.inodes.forget(id, n);
-        self.forgotten(id);
-        if !known {
-            let mut lost = self.lost_lock();
-            if let Some(refs) = lost.inodes.get_mut(&id) {
-                *refs = refs.saturating_sub(n);
-                if *refs == 0 {
-                    lost.inodes.remove(&id);
-                }
-            }
-        }
-    }
-
-    pub(crate) fn getattr(&self, id: u64) -> io::Result<Stat> {
-        sys::stat_fd(self.inode(id)?.fd()?.as_fd())
-    }
-
-    pub(crate) fn statx(&self, id: u64, flags: u32, mask: u32) -> io::Result<libc::statx> {
-        let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
-        sys::statx(self.inode(id)?.fd()?.as_fd(), sync, mask)
-    }
-
-    pub(crate) fn setattr(&self, ctx: Ctx, id: u64, a: &SetAttr) -> io::Result<Stat> {
-        self.writable()?;
-        let inode = self.inode(id)?;
-        let handle =
-            a.fh.and_then(|fh| self.handles.get(fh))
-                .filter(|h| h.inode == id);
-        if let Some(mode) = a.mode {
-            if inode.file_type == libc::S_IFLNK {
-                return Err(err(libc::EOPNOTSUPP));
-            }
-            let inode_fd = inode.fd()?;
-            let name = sys::fd_name(inode_fd.as_raw_fd());
-            let mode = self.guest_mode(inode.file_type, mode);
-            sys::fchmodat(self.proc_self_fd.as_fd(), &name, mode)?;
-        }
-        if a.uid.is_some() || a.gid.is_some() {
-            sys::fchownat(
-                inode.fd()?.as_fd(),
-                c"",
-                a.uid.unwrap_or(u32::MAX),
-                a.gid.unwrap_or(u32::MAX),
-                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            )?;
-            if self.cfg.no_setid && inode.file_type != libc::S_IFLNK {
-                // The daemon's CAP_FSETID keeps the bits across its chown;
-                // the guest's file must not keep them for a new owner.
-                let mode = sys::stat_fd(inode.fd()?.as_fd())?.st_mode;
-                let keep = self.guest_mode(inode.file_type, mode);
-                if keep != mode & 0o7777 {
-                    let inode_fd = inode.fd()?;
-                    let name = sys::fd_name(inode_fd.as_raw_fd());
-                    sys::fchmodat(self.proc_self_fd.as_fd(), &name, keep)?;
-                }
-            }
-        }
-        if let Some(size) = a.size {
-            if inode.is_dir() {
-                return Err(err(libc::EISDIR));
-            }
-            if !inode.is_reg() {
-                return Err(err(libc::EINVAL));
-            }
-            let _kill = self.kill_priv(ctx)?;
-            match handle.filter(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY) {
-                Some(h) => sys::ftruncate(h.fd(), size)?,
-                None => sys::ftruncate(self.reopen(&inode, libc::O_WRONLY)?.as_fd(), size)?,
-            }
-        }
-        if a.atime.is_some() || a.mtime.is_some() {
-            let t = [timespec(a.atime)?, timespec(a.mtime)?];
-            sys::utimensat(
-                inode.fd()?.as_fd(),
-                c"",
-                &t,
-                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            )?;
-        }
-        sys::stat_fd(inode.fd()?.as_fd())
-    }
-
-    pub(crate) fn readlink(&self, id: u64) -> io::Result<Vec<u8>> {
-        let inode = self.inode(id)?;
-        if inode.file_type != libc::S_IFLNK {
-            return Err(err(libc::EINVAL));
-        }
-        sys::readlink_fd(inode.fd()?.as_fd())
-    }
-
     fn dir(&self, id: u64) -> io::Result<Arc<Inode>> {
         let p = self.inode(id)?;
         if p.is_dir() {
@@ -566,180 +386,6 @@ impl PassthroughFs {
         } else {
             Err(err(libc::ENOTDIR))
         }
-    }
-
-    pub(crate) fn symlink(
-        &self,
-        ctx: Ctx,
-        parent: u64,
-        name: &CStr,
-        target: &CStr,
-    ) -> io::Result<Entry> {
-        self.writable()?;
-        let p = self.dir(parent)?;
-        {
-            let _c = self.creds(ctx)?;
-            replayed(sys::symlinkat(target, p.fd()?.as_fd(), name), libc::EEXIST)?;
-        }
-        self.do_lookup(&p, name)
-    }
-
-    pub(crate) fn mknod(
-        &self,
-        ctx: Ctx,
-        parent: u64,
-        name: &CStr,
-        mode: u32,
-        rdev: u32,
-    ) -> io::Result<Entry> {
-        self.writable()?;
-        let p = self.dir(parent)?;
-        let kind = mode & libc::S_IFMT;
-        let kind = if kind == 0 { libc::S_IFREG } else { kind };
-        if ![
-            libc::S_IFREG,
-            libc::S_IFIFO,
-            libc::S_IFSOCK,
-            libc::S_IFCHR,
-            libc::S_IFBLK,
-        ]
-        .contains(&kind)
-        {
-            return Err(err(libc::EINVAL));
-        }
-        if self.cfg.no_device_nodes && (kind == libc::S_IFCHR || kind == libc::S_IFBLK) {
-            return Err(err(libc::EPERM));
-        }
-        // The kernel sends new_encode_dev() format.
-        let major = (rdev & 0xfff00) >> 8;
-        let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
-        {
-            let _c = self.creds(ctx)?;
-            let made = sys::mknodat(
-                p.fd()?.as_fd(),
-                name,
-                kind | self.create_mode(ctx, &p, kind, mode),
-                sys::makedev(major, minor),
-            );
-            replayed(made, libc::EEXIST)?;
-        }
-        self.do_lookup(&p, name)
-    }
-
-    pub(crate) fn mkdir(&self, ctx: Ctx, parent: u64, name: &CStr, mode: u32) -> io::Result<Entry> {
-        self.writable()?;
-        let p = self.dir(parent)?;
-        {
-            let _c = self.creds(ctx)?;
-            let mode = self.create_mode(ctx, &p, libc::S_IFDIR, mode);
-            let made = sys::mkdirat(p.fd()?.as_fd(), name, mode);
-            replayed(made, libc::EEXIST)?;
-        }
-        self.do_lookup(&p, name)
-    }
-
-    pub(crate) fn unlink(&self, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
-        self.writable()?;
-        let p = self.dir(parent)?;
-        let p_fd = p.fd()?;
-        let victim = self.held_at(p_fd.as_fd(), name);
-        if let Some(v) = &victim {
-            self.lose_name(v);
-        }
-        let res = sys::unlinkat(p_fd.as_fd(), name, if dir { libc::AT_REMOVEDIR } else { 0 });
-        if let Some(v) = &victim {
-            self.lose_name(v);
-        }
-        replayed(res, libc::ENOENT)
-    }
-
-    pub(crate) fn rename(
-        &self,
-        olddir: u64,
-        oldname: &CStr,
-        newdir: u64,
-        newname: &CStr,
-        flags: u32,
-    ) -> io::Result<()> {
-        self.writable()?;
-        if flags & !(fflags::RENAME_NOREPLACE | fflags::RENAME_EXCHANGE) != 0
-            || flags == fflags::RENAME_NOREPLACE | fflags::RENAME_EXCHANGE
-        {
-            return Err(err(libc::EINVAL));
-        }
-        let o = self.dir(olddir)?;
-        let n = self.dir(newdir)?;
-        let exchange = flags & fflags::RENAME_EXCHANGE != 0;
-        let ino_of = |d: &Inode, name: &CStr| {
-            sys::fstatat(d.fd()?.as_fd(), name, libc::AT_SYMLINK_NOFOLLOW).map(|st| st.st_ino)
-        };
-        if exchange && crate::journal::journaling() {
-            // Which file the old name holds tells, on a replay, whether
-            // the exchange happened.
-            crate::journal::note_aux(ino_of(&o, oldname).unwrap_or(0));
-        }
-        let done = crate::journal::replaying().is_some_and(|before| {
-            let old = ino_of(&o, oldname);
-            if exchange {
-                old.is_ok_and(|ino| before != 0 && ino != before)
-            } else {
-                // Moved: the old name is gone and the new one exists.
-                old.is_err() && ino_of(&n, newname).is_ok()
-            }
-        });
-        // The file the new name held loses it (not in an exchange).
-        let victim = (!exchange)
-            .then(|| self.held_at(n.fd().ok()?.as_fd(), newname))
-            .flatten()
-            .filter(|v| ino_of(&o, oldname).is_ok_and(|ino| ino != v.key.1));
-        if let Some(v) = &victim {
-            self.lose_name(v);
-        }
-        if !done {
-            sys::renameat2(o.fd()?.as_fd(), oldname, n.fd()?.as_fd(), newname, flags)?;
-        }
-        if let Some(v) = &victim {
-            self.lose_name(v);
-        }
-        self.journal_moved(newdir, n.fd()?.as_fd(), newname);
-        if exchange {
-            self.journal_moved(olddir, o.fd()?.as_fd(), oldname);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn link(&self, id: u64, newparent: u64, newname: &CStr) -> io::Result<Entry> {
-        self.writable()?;
-        let inode = self.inode(id)?;
-        if inode.is_dir() {
-            return Err(err(libc::EPERM));
-        }
-        let p = self.dir(newparent)?;
-        let res = sys::linkat(
-            inode.fd()?.as_fd(),
-            c"",
-            p.fd()?.as_fd(),
-            newname,
-            libc::AT_EMPTY_PATH,
-        );
-        let res = match res {
-            // Without CAP_DAC_READ_SEARCH, AT_EMPTY_PATH fails with ENOENT; a
-            // regular file can then be linked through its /proc/self/fd name.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && inode.is_reg() => {
-                let inode_fd = inode.fd()?;
-                let name = sys::fd_name(inode_fd.as_raw_fd());
-                sys::linkat(
-                    self.proc_self_fd.as_fd(),
-                    &name,
-                    p.fd()?.as_fd(),
-                    newname,
-                    libc::AT_SYMLINK_FOLLOW,
-                )
-            }
-            r => r,
-        };
-        replayed(res, libc::EEXIST)?;
-        self.do_lookup(&p, newname)
     }
 
     /// Whether `n` more inodes or handles fit under [`Config::max_open`];
@@ -768,19 +414,5 @@ impl PassthroughFs {
     /// at the cap so far (for metrics).
     pub fn open_counts(&self) -> (usize, u64) {
         (self.held(), self.refused_emfile.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn statfs(&self, id: u64) -> io::Result<sys::Statfs> {
-        sys::fstatfs(self.inode(id)?.fd()?.as_fd())
-    }
-
-    pub(crate) fn access(&self, ctx: Ctx, id: u64, mask: u32) -> io::Result<()> {
-        let inode = self.inode(id)?;
-        let mask = (mask as i32) & (libc::R_OK | libc::W_OK | libc::X_OK);
-        if mask & libc::W_OK != 0 && self.cfg.readonly {
-            return Err(err(libc::EROFS));
-        }
-        let _c = self.creds(ctx)?;
-        sys::access_fd(inode.fd()?.as_fd(), mask)
     }
 }
