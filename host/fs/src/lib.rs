@@ -39,6 +39,8 @@ pub mod memfs;
 pub mod passthrough;
 pub mod state;
 mod sys;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use fuse::server::Server;
 pub use fuse::session::{SessionError, SessionState};

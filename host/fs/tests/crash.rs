@@ -20,7 +20,7 @@ const ROOT: u64 = abi::ROOT_ID;
 /// A serving "process": a file system on `dir` journaling into `j`,
 /// rebuilt from it when `recover`.
 fn serving(dir: TestDir, j: &'static Journal, recover: bool) -> Harness {
-    let mut fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    let mut fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
     if recover {
         let report = fs.recover(j, KeptFiles::default()).unwrap();
         assert!(report.inodes > 0);
@@ -185,7 +185,7 @@ fn replays_of_links_exchanges_shifts_and_xattrs_are_resolved() {
     let dir = TestDir::new("replay2");
     let jf = journal_file(&dir);
     let j = leak(Journal::create(jf.as_fd(), 2, 256, 256).unwrap());
-    let mut cfg = default_config(&dir.path);
+    let mut cfg = config_for(&dir.path);
     cfg.xattr = true;
     let mut fs = PassthroughFs::new(cfg).unwrap();
     fs.attach_journal(j);
@@ -296,7 +296,7 @@ fn a_state_migrated_in_is_journaled_and_survives_a_crash() {
     // The destination journals (it runs with --crash-restart).
     let jf = journal_file(&src.dir);
     let j = leak(Journal::create(jf.as_fd(), 2, 64, 64).unwrap());
-    let mut dst = PassthroughFs::new(default_config(&src.dir.path)).unwrap();
+    let mut dst = PassthroughFs::new(config_for(&src.dir.path)).unwrap();
     dst.attach_journal(j);
     dst.load_migration(&st, true).unwrap();
     let t = j.tables();
@@ -304,7 +304,7 @@ fn a_state_migrated_in_is_journaled_and_survives_a_crash() {
 
     // And a crash right after the migration finds them again.
     let j2 = leak(Journal::open(jf.as_fd()).unwrap());
-    let mut again = PassthroughFs::new(default_config(&src.dir.path)).unwrap();
+    let mut again = PassthroughFs::new(config_for(&src.dir.path)).unwrap();
     let report = again.recover(j2, KeptFiles::default()).unwrap();
     assert_eq!((report.inodes, report.handles), (2, 1));
     assert!(report.failed.is_empty(), "{:?}", report.failed);
@@ -324,7 +324,7 @@ fn a_journal_with_more_entries_than_max_open_is_refused() {
     let (fs_state, dir) = (j.tables().fs, h.dir);
     assert_eq!((fs_state.inodes.len(), fs_state.handles.len()), (3, 2));
     let j2 = leak(Journal::open(jf.as_fd()).unwrap());
-    let mut cfg = default_config(&dir.path);
+    let mut cfg = config_for(&dir.path);
     cfg.max_open = 4;
     let mut fs = PassthroughFs::new(cfg).unwrap();
     let err = fs
@@ -337,7 +337,7 @@ fn a_journal_with_more_entries_than_max_open_is_refused() {
     );
     assert_eq!(fs.lookup_count(d), None, "nothing was loaded");
     // At the cap, it is rebuilt.
-    let mut cfg = default_config(&dir.path);
+    let mut cfg = config_for(&dir.path);
     cfg.max_open = 5;
     let mut fs = PassthroughFs::new(cfg).unwrap();
     assert_eq!(fs.recover(j2, KeptFiles::default()).unwrap().inodes, 3);

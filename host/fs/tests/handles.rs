@@ -106,7 +106,7 @@ fn inodes_held_as_handles_are_handed_over_by_a_live_upgrade() {
     for mode in [HandleMode::Never, HandleMode::Prefer] {
         let cfg = Config {
             inode_file_handles: mode,
-            ..default_config(&h.dir.path)
+            ..config_for(&h.dir.path)
         };
         let dir = SharedDir::open(&cfg.root_dir).unwrap();
         let fs = PassthroughFs::restore(cfg, dir, &snap.state, dup_fds(&snap.fds)).unwrap();
@@ -139,7 +139,7 @@ fn mandatory_needs_handles_and_prefer_does_without() {
     // procfs gives no file handles.
     let cfg = |mode| Config {
         inode_file_handles: mode,
-        ..default_config(std::path::Path::new("/proc/sys/kernel"))
+        ..config_for(std::path::Path::new("/proc/sys/kernel"))
     };
     let e = PassthroughFs::new(cfg(HandleMode::Mandatory)).unwrap_err();
     assert!(

@@ -86,7 +86,7 @@ fn serving_with(
     all: bool,
 ) -> Harness {
     let j: &'static Journal = Box::leak(Box::new(Journal::open(jf.as_fd()).unwrap()));
-    let mut fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    let mut fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
     if let Some(lost) = recover {
         let report = fs.recover(j, k.handed_back()).unwrap();
         let want: Vec<String> = lost.iter().map(|n| format!("node {n}: ")).collect();
@@ -212,7 +212,7 @@ fn a_kept_descriptor_of_a_foreign_file_is_refused() {
     k.keep(&[(Kept::Node(a.nodeid), path_fd.as_fd())]);
     let dir = crash(h);
     let j: &'static Journal = Box::leak(Box::new(Journal::open(jf.as_fd()).unwrap()));
-    let mut fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    let mut fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
     let report = fs.recover(j, k.handed_back()).unwrap();
     assert_eq!(report.kept_nodes, Vec::<u64>::new(), "not served");
     let want = format!("node {}: ", a.nodeid);

@@ -460,7 +460,7 @@ fn locks_survive_a_live_upgrade_snapshot() {
                 .unwrap()
         })
         .collect();
-    let mut cfg = default_config(&h.dir.path);
+    let mut cfg = config_for(&h.dir.path);
     cfg.posix_lock = true;
     cfg.flock = true;
     let dir = xvfs_fs::passthrough::SharedDir::open(&cfg.root_dir).unwrap();

@@ -71,14 +71,7 @@ impl Mem {
     }
 
     fn init(&self) -> abi::InitOut {
-        let i = abi::InitIn {
-            major: 7,
-            minor: 41,
-            max_readahead: 65536,
-            flags: u32::MAX,
-            flags2: u32::MAX,
-            unused: [0; 11],
-        };
+        let i = xvfs_fs::testing::init_in(41, u32::MAX, u32::MAX);
         abi::InitOut::from_bytes(&self.ok(opcode::INIT, 0, &i.to_bytes())).unwrap()
     }
 

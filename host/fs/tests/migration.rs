@@ -306,7 +306,7 @@ fn ten_thousand_nested_directories_listed_deepest_first_load_in_one_pass() {
         .map(|i| dir_node(i + 2, if i == 0 { ROOT } else { i + 1 }, "d"))
         .collect();
     let st = state(inodes);
-    let fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    let fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
     let started = std::time::Instant::now();
     let report = fs.load_migration(&st, true).unwrap();
     let took = started.elapsed();
@@ -334,7 +334,7 @@ fn parents_that_name_each_other_fail_without_looping() {
         dir_node(5, 2, "d"),
         dir_node(6, ROOT, "e"),
     ]);
-    let fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    let fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
     let report = fs.load_migration(&st, false).unwrap();
     assert_eq!(report.inodes, 1);
     let why = "its parent directory is not part of the state";
@@ -342,7 +342,7 @@ fn parents_that_name_each_other_fail_without_looping() {
     assert_eq!(report.failed, want);
     assert_eq!(fs.lookup_count(6), Some(1));
 
-    let fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    let fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
     let err = fs.load_migration(&st, true).unwrap_err().to_string();
     assert!(
         err.contains(&format!("node 2: {why} (4 of 5 nodes not found)")),
@@ -356,7 +356,7 @@ fn a_child_of_a_lost_parent_says_so() {
     std::fs::create_dir(dir.join("a")).unwrap();
     // The child comes first, its parent (gone from the share) after it.
     let st = state(vec![dir_node(3, 2, "b"), dir_node(2, ROOT, "gone")]);
-    let fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+    let fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
     let report = fs.load_migration(&st, false).unwrap();
     assert_eq!(report.failed.len(), 2);
     assert!(
@@ -382,7 +382,7 @@ fn more_nodes_and_open_files_than_max_open_are_refused_before_any_work() {
     });
     st.next_fh = 2;
     let capped = |max_open| {
-        let mut cfg = default_config(&dir.path);
+        let mut cfg = config_for(&dir.path);
         cfg.max_open = max_open;
         PassthroughFs::new(cfg).unwrap()
     };
@@ -420,7 +420,7 @@ fn a_file_handle_longer_than_max_handle_sz_is_refused() {
     verified.verify = Some(long);
     for bad in [by_handle, verified] {
         let st = state(vec![dir_node(4, ROOT, "a"), bad]);
-        let fs = PassthroughFs::new(default_config(&dir.path)).unwrap();
+        let fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
         let err = fs.load_migration(&st, false).unwrap_err().to_string();
         assert!(
             err.contains("file handle of 129 bytes (at most 128)"),

@@ -64,7 +64,7 @@ fn restore_fs(
 }
 
 fn restored(h: &Harness, state: &FsState, fds: Vec<OwnedFd>) -> Server {
-    let cfg = default_config(&h.dir.path);
+    let cfg = config_for(&h.dir.path);
     Server::new(restore_fs(cfg, state, fds).unwrap())
 }
 
@@ -170,7 +170,7 @@ fn restore_rejects_inconsistent_state() {
     let fh = h.open(a.nodeid, libc::O_RDONLY).parse::<abi::OpenOut>().fh;
     let _ = fh;
     let snap = h.fs().snapshot();
-    let cfg = || default_config(&h.dir.path);
+    let cfg = || config_for(&h.dir.path);
     let try_restore = |s: &FsState, fds| restore_fs(cfg(), s, fds).map(drop);
 
     assert!(try_restore(&snap.state, dup_fds(&snap)).is_ok());
@@ -275,7 +275,7 @@ fn restore_refuses_descriptors_outside_the_share() {
     h.lookup_ok(ROOT, "gone");
     std::fs::remove_file(h.dir.join("gone")).unwrap();
     let snap = h.fs().snapshot();
-    let cfg = || default_config(&h.dir.path);
+    let cfg = || config_for(&h.dir.path);
     let try_restore = |s: &FsState, fds| restore_fs(cfg(), s, fds).map(drop);
     // Inside: a directory, a file below it, an unlinked file still open.
     assert!(try_restore(&snap.state, dup_fds(&snap)).is_ok());
@@ -316,7 +316,7 @@ fn preload_proves_the_share_and_nothing_outside_it() {
     use std::os::unix::fs::MetadataExt;
     let h = Harness::new();
     hold_tree(&h, b"in");
-    let cfg = default_config(&h.dir.path);
+    let cfg = config_for(&h.dir.path);
     let outside = TestDir::new("outside");
     std::fs::write(outside.join("secret"), b"out").unwrap();
     let mut preloaded = h.fs().preload_fds();
@@ -395,7 +395,7 @@ fn opens_past_the_cap_get_emfile_and_the_tables_still_restore() {
     assert_eq!(e, 0);
 
     let snap = h.fs().snapshot();
-    let mut cfg = default_config(&h.dir.path);
+    let mut cfg = config_for(&h.dir.path);
     cfg.max_open = CAP;
     let restored = Server::new(restore_fs(cfg, &snap.state, dup_fds(&snap)).unwrap());
     restored.restore_session(h.srv.session().unwrap()).unwrap();
@@ -422,7 +422,7 @@ fn a_deleted_file_is_accepted_only_on_a_proven_mount() {
     std::fs::remove_file(h.dir.join("gone")).unwrap();
     let snap = h.fs().snapshot();
     assert_eq!(snap.state.inodes.len(), 1);
-    let cfg = default_config(&h.dir.path);
+    let cfg = config_for(&h.dir.path);
     let e = restore_fs(cfg.clone(), &snap.state, dup_fds(&snap))
         .map(drop)
         .unwrap_err();

@@ -14,9 +14,6 @@
 
 #![no_main]
 
-#[path = "init.rs"]
-mod init;
-
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -25,7 +22,7 @@ use xvfs_fs::abi::{self, Wire};
 use xvfs_fs::filesystem::FileSystem;
 use xvfs_fs::io::{SliceReader, VecWriter};
 use xvfs_fs::memfs::MemFs;
-use xvfs_fs::{CachePolicy, Config, PassthroughFs, PassthroughServer, Server};
+use xvfs_fs::{Config, PassthroughFs, PassthroughServer, Server};
 
 const ROOM: usize = (1 << 20) + 4096;
 
@@ -45,26 +42,12 @@ fn server() -> &'static PassthroughServer {
     SERVER.get_or_init(|| {
         let cfg = Config {
             root_dir: setup_dir(),
-            cache: CachePolicy::Auto,
             xattr: true,
             readonly: true,
-            writeback: false,
             allow_direct_io: false,
-            preserve_noatime: false,
-            readdirplus: true,
-            max_open: 0,
-            xattrmap: None,
-            no_device_nodes: false,
-            no_setid: false,
-            killpriv_v2: false,
-            allow_mmap: false,
-            announce_submounts: false,
-            ids: Default::default(),
-            posix_acl: Default::default(),
-            inode_file_handles: Default::default(),
-            security_label: Default::default(),
             posix_lock: true,
             flock: true,
+            ..Config::default()
         };
         Server::new(PassthroughFs::new(cfg).expect("passthrough fs"))
     })
@@ -116,7 +99,7 @@ fn run<F: FileSystem>(srv: &Server<F>, req: &[u8], room: usize) {
 }
 
 fn init<F: FileSystem>(srv: &Server<F>) {
-    run(srv, &init::init_request(), ROOM);
+    run(srv, &xvfs_fs::testing::init_request(), ROOM);
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -15,9 +15,6 @@
 
 #![no_main]
 
-#[path = "init.rs"]
-mod init;
-
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -53,7 +50,7 @@ fn server() -> Arc<PassthroughServer> {
         };
         let srv = Server::new(PassthroughFs::new(cfg).expect("passthrough fs"));
         // A session, so that requests past INIT reach the file system.
-        let req = init::init_request();
+        let req = xvfs_fs::testing::init_request();
         srv.handle(&mut SliceReader::new(&req), &mut VecWriter::new(4096));
         Arc::new(srv)
     }))

@@ -5,11 +5,12 @@
 #![allow(dead_code)] // Each test binary uses a different subset.
 
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use xvfs_fs::abi::{self, opcode, Wire};
 use xvfs_fs::io::{SliceReader, VecWriter};
+pub use xvfs_fs::testing::{cname, config_for};
 use xvfs_fs::{Config, PassthroughFs, PassthroughServer as Server};
 
 /// A unique temporary directory, removed on drop.
@@ -70,21 +71,8 @@ impl Reply {
     }
 }
 
-pub fn cname(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    v
-}
-
 pub fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
-}
-
-pub fn default_config(root: &Path) -> Config {
-    Config {
-        root_dir: root.to_path_buf(),
-        ..Config::default()
-    }
 }
 
 pub struct Harness {
@@ -112,7 +100,7 @@ impl Harness {
 
     pub fn uninit(f: impl FnOnce(&mut Config)) -> Harness {
         let dir = TestDir::new("t");
-        let mut cfg = default_config(&dir.path);
+        let mut cfg = config_for(&dir.path);
         f(&mut cfg);
         let srv = Server::new(PassthroughFs::new(cfg).unwrap());
         Harness {
@@ -142,11 +130,7 @@ impl Harness {
     pub fn init(&self, major: u32, minor: u32, flags: u32, flags2: u32) -> Reply {
         let i = abi::InitIn {
             major,
-            minor,
-            max_readahead: 131072,
-            flags,
-            flags2,
-            unused: [0; 11],
+            ..xvfs_fs::testing::init_in(minor, flags, flags2)
         };
         self.req(opcode::INIT, 0, &i.to_bytes())
     }

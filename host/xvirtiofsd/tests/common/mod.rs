@@ -492,22 +492,8 @@ impl Vmm {
     }
 }
 
-/// Encodes a FUSE request: in-header (40 bytes) + args.
-pub fn fuse_request(opcode: u32, unique: u64, nodeid: u64, args: &[u8]) -> Vec<u8> {
-    let len = 40 + args.len() as u32;
-    let mut v = Vec::with_capacity(len as usize);
-    v.extend_from_slice(&len.to_ne_bytes());
-    v.extend_from_slice(&opcode.to_ne_bytes());
-    v.extend_from_slice(&unique.to_ne_bytes());
-    v.extend_from_slice(&nodeid.to_ne_bytes());
-    v.extend_from_slice(&0u32.to_ne_bytes()); // uid
-    v.extend_from_slice(&0u32.to_ne_bytes()); // gid
-    v.extend_from_slice(&1u32.to_ne_bytes()); // pid
-    v.extend_from_slice(&0u16.to_ne_bytes()); // total_extlen
-    v.extend_from_slice(&0u16.to_ne_bytes()); // padding
-    v.extend_from_slice(args);
-    v
-}
+/// Encodes a FUSE request: in-header (40 bytes, uid and gid 0, pid 1) + args.
+pub use xvfs_fs::testing::request as fuse_request;
 
 /// The handed-over settings of the in-process daemons of the upgrade tests.
 pub fn handover_config(dir: &Path) -> Settings {
