@@ -195,6 +195,10 @@ pub struct Capabilities {
     pub required_init_flags: u64,
     /// UID/GID translation between guest and host (identity by default).
     pub ids: crate::ids::Translation,
+    /// log2 of the alignment of DAX mappings in the file and the window
+    /// (FUSE_MAP_ALIGNMENT), when [`crate::abi::init_flags::MAP_ALIGNMENT`]
+    /// is among `init_flags`.
+    pub map_alignment: u16,
 }
 
 /// Where READ data goes (the reply buffer in guest memory).
@@ -224,13 +228,13 @@ fn nosys<T>() -> io::Result<T> {
 }
 
 /// Everything the FUSE server asks of a file system: one method per FUSE
-/// operation, in five families, each a trait of its own so that a file
+/// operation, in six families, each a trait of its own so that a file
 /// system implements each family where those operations live. Every method
 /// but [`Session::capabilities`] and the hooks defaults to `ENOSYS`. Called
 /// concurrently by every queue worker.
-pub trait FileSystem: Session + Nodes + Files + Locks + Extended {}
+pub trait FileSystem: Session + Nodes + Files + Locks + Extended + Dax {}
 
-impl<T: Session + Nodes + Files + Locks + Extended> FileSystem for T {}
+impl<T: Session + Nodes + Files + Locks + Extended + Dax> FileSystem for T {}
 
 /// The session: what the file system offers, and the FUSE session starting,
 /// resuming and ending. Part of [`FileSystem`].
@@ -573,6 +577,33 @@ pub trait Extended: Session {
         len: u64,
         flags: u64,
     ) -> io::Result<usize> {
+        nosys()
+    }
+}
+
+/// The DAX window (a shared-memory region of the device that the guest maps
+/// file ranges into): FUSE_SETUPMAPPING and FUSE_REMOVEMAPPING. Part of
+/// [`FileSystem`]; without a window every method is `ENOSYS`.
+#[allow(unused_variables)]
+pub trait Dax: Session {
+    /// SETUPMAPPING: map `len` bytes of `node` at `file_offset` into the
+    /// window at `window_offset`, writable if `writable`, replacing any
+    /// mapping of that window range.
+    fn setupmapping(
+        &self,
+        ctx: Context,
+        node: u64,
+        file_offset: u64,
+        len: u64,
+        writable: bool,
+        window_offset: u64,
+    ) -> io::Result<()> {
+        nosys()
+    }
+
+    /// REMOVEMAPPING: unmap each (window offset, length) of `ranges`, each
+    /// one a mapping made before.
+    fn removemapping(&self, ctx: Context, ranges: &[(u64, u64)]) -> io::Result<()> {
         nosys()
     }
 }

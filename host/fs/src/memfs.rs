@@ -15,8 +15,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::abi::init_flags;
 use crate::filesystem::{
-    Capabilities, Context, DataSink, DataSource, DirEntry, Entry, Extended, Files, Locks, Nodes,
-    Opened, Session, SetAttr, Stat, StatFs, ROOT_ID,
+    Capabilities, Context, DataSink, DataSource, Dax, DirEntry, Entry, Extended, Files, Locks,
+    Nodes, Opened, Session, SetAttr, Stat, StatFs, ROOT_ID,
 };
 
 /// Largest file (bigger writes get `EFBIG`).
@@ -345,6 +345,7 @@ impl Session for MemFs {
             readonly: false,
             timeout: std::time::Duration::ZERO,
             ids: crate::ids::Translation::default(),
+            map_alignment: 0,
             required_init_flags: 0,
         }
     }
@@ -629,3 +630,5 @@ impl Files for MemFs {
 impl Locks for MemFs {}
 
 impl Extended for MemFs {}
+
+impl Dax for MemFs {}

@@ -450,6 +450,40 @@ wire_struct! {
 }
 
 wire_struct! {
+    /// `struct fuse_setupmapping_in`: map `len` bytes of the file at
+    /// `foffset` into the DAX window at `moffset`.
+    pub struct SetupMappingIn(40) {
+        pub fh: u64,
+        pub foffset: u64,
+        pub len: u64,
+        /// [`setupmapping_flags`].
+        pub flags: u64,
+        pub moffset: u64,
+    }
+}
+
+wire_struct! {
+    /// `struct fuse_removemapping_in`: `count` [`RemoveMappingOne`]s follow.
+    pub struct RemoveMappingIn(4) { pub count: u32, }
+}
+
+wire_struct! {
+    /// `struct fuse_removemapping_one`.
+    pub struct RemoveMappingOne(16) {
+        pub moffset: u64,
+        pub len: u64,
+    }
+}
+
+/// `fuse_setupmapping_in.flags`.
+pub mod setupmapping_flags {
+    /// The guest writes through the mapping.
+    pub const WRITE: u64 = 1 << 0;
+    /// The guest reads through the mapping.
+    pub const READ: u64 = 1 << 1;
+}
+
+wire_struct! {
     /// `struct fuse_syncfs_in`.
     pub struct SyncfsIn(8) { pub padding: u64, }
 }

@@ -365,3 +365,55 @@ pub(crate) fn readdir<F: FileSystem>(
         _ => reply_ok(w, q.h.unique, &[&out]),
     }
 }
+
+pub(crate) fn setupmapping<F: FileSystem>(
+    q: &Req<'_, F>,
+    mut b: Body<'_>,
+    w: &mut dyn ReplyWriter,
+) -> OpResult {
+    use crate::abi::setupmapping_flags::{READ, WRITE};
+    dax_window(q)?;
+    let m: SetupMappingIn = b.only()?;
+    if m.flags & !(READ | WRITE) != 0 {
+        return Err(Error::Errno(libc::EINVAL));
+    }
+    let writable = m.flags & WRITE != 0;
+    if writable && q.caps.readonly {
+        return Err(Error::Errno(libc::EROFS));
+    }
+    q.fs.setupmapping(q.ctx(), q.h.nodeid, m.foffset, m.len, writable, m.moffset)?;
+    q.reply_empty(w)
+}
+
+/// Without a DAX window (no MAP_ALIGNMENT to offer) the mapping requests
+/// are unknown: ENOSYS before their body is read.
+fn dax_window<F: FileSystem>(q: &Req<'_, F>) -> Result<(), Error> {
+    if q.caps.init_flags & crate::abi::init_flags::MAP_ALIGNMENT == 0 {
+        return Err(Error::Errno(libc::ENOSYS));
+    }
+    Ok(())
+}
+
+/// The most ranges one REMOVEMAPPING may carry (a page of them, as Linux
+/// sends at most).
+const MAX_REMOVEMAPPING: u32 = 256;
+
+pub(crate) fn removemapping<F: FileSystem>(
+    q: &Req<'_, F>,
+    mut b: Body<'_>,
+    w: &mut dyn ReplyWriter,
+) -> OpResult {
+    dax_window(q)?;
+    let n: RemoveMappingIn = b.take()?;
+    if n.count == 0 || n.count > MAX_REMOVEMAPPING {
+        return Err(Error::Errno(libc::EINVAL));
+    }
+    let mut ranges = Vec::with_capacity(n.count as usize);
+    for _ in 0..n.count {
+        let one: RemoveMappingOne = b.take()?;
+        ranges.push((one.moffset, one.len));
+    }
+    b.end()?;
+    q.fs.removemapping(q.ctx(), &ranges)?;
+    q.reply_empty(w)
+}

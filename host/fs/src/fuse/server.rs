@@ -68,6 +68,7 @@ pub const SERVER_INIT_FLAGS: u64 = {
         | CACHE_SYMLINKS
         | AUTO_INVAL_DATA
         | HANDLE_KILLPRIV_V2
+        | MAP_ALIGNMENT
         | SUBMOUNTS
         | POSIX_ACL
         | DONT_MASK
@@ -352,8 +353,9 @@ impl<F: FileSystem> Server<F> {
             opcode::COPY_FILE_RANGE => file_ops::copy_file_range(q, b, w),
             opcode::GETLK => locks::getlk(q, b, w),
             opcode::SETLK | opcode::SETLKW => locks::setlk(q, b, w),
-            // BMAP, IOCTL, POLL, NOTIFY_REPLY, SETUPMAPPING, REMOVEMAPPING
-            // and anything unknown.
+            opcode::SETUPMAPPING => file_ops::setupmapping(q, b, w),
+            opcode::REMOVEMAPPING => file_ops::removemapping(q, b, w),
+            // BMAP, IOCTL, POLL, NOTIFY_REPLY and anything unknown.
             _ => Err(Error::Errno(libc::ENOSYS)),
         }
     }
@@ -412,7 +414,11 @@ impl<F: FileSystem> Server<F> {
             } else {
                 0
             },
-            map_alignment: 0,
+            map_alignment: if flags & init_flags::MAP_ALIGNMENT != 0 {
+                self.caps.map_alignment
+            } else {
+                0
+            },
             flags2: (flags >> 32) as u32,
             max_stack_depth: 0,
             unused: [0; 6],

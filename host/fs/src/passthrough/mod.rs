@@ -33,6 +33,7 @@
 mod config;
 mod crash;
 mod creds;
+mod dax;
 mod extended;
 mod files;
 mod handles;
@@ -52,6 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use self::creds::CredGuard;
+pub use self::dax::{Mapper, MAP_ALIGNMENT_LOG2};
 pub use self::keep::{Keeper, Kept, KeptFiles};
 pub use self::migrate::{LoadReport, SaveOptions};
 use self::table::{lock, Handle, HandleTable, Inode, InodeTable};
@@ -158,6 +160,8 @@ pub struct PassthroughFs {
     /// predecessor's, crashed processes'; their sandbox mounts of it), on
     /// which deleted files this process took over are.
     foreign_roots: Vec<OwnedFd>,
+    /// The DAX window, when the daemon serves one (`dax.rs`).
+    dax: Option<dax::Window>,
 }
 
 /// See [`PassthroughFs::lost`]: node id → lookup count, handle ids.
@@ -203,6 +207,7 @@ impl PassthroughFs {
             mounts: handles::Mounts::default(),
             handles_off: std::sync::atomic::AtomicBool::new(false),
             keeper: None,
+            dax: None,
             kept: std::sync::Mutex::new(keep::KeptSet::default()),
             any_kept: std::sync::atomic::AtomicBool::new(false),
             keep_all: false,

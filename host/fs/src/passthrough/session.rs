@@ -47,6 +47,9 @@ impl PassthroughFs {
         if cfg.allow_mmap {
             f |= DIRECT_IO_ALLOW_MMAP;
         }
+        if self.has_dax_window() {
+            f |= MAP_ALIGNMENT;
+        }
         // Not an answer the guest acts on (it offers SUBMOUNTS to say it
         // can make them), but kept in the session's flags so that an
         // upgrade or restart goes on announcing them.
@@ -72,6 +75,7 @@ impl Session for PassthroughFs {
             readonly: self.cfg.readonly,
             timeout: self.cfg.cache.timeout(),
             ids: self.cfg.ids.clone(),
+            map_alignment: super::MAP_ALIGNMENT_LOG2,
             required_init_flags: {
                 use crate::abi::init_flags::{POSIX_ACL, SECURITY_CTX};
                 let always =
@@ -97,6 +101,7 @@ impl Session for PassthroughFs {
     /// and closes every handle.
     fn destroy(&self) {
         self.negotiated.store(0, Ordering::Relaxed);
+        self.unmap_all();
         self.locks.clear();
         self.handles.clear();
         self.inodes.clear();
