@@ -318,6 +318,16 @@ pub struct Opt {
     #[arg(long, value_name = "TAG")]
     pub tag: Option<String>,
 
+    /// DAX, experimental and off by default: offer the guest a shared-memory
+    /// window of SIZE bytes (a power of two, at least 2M; K, M and G
+    /// suffixes) that file ranges are mapped into on its request
+    /// (FUSE_SETUPMAPPING), for a front-end that takes
+    /// VHOST_USER_PROTOCOL_F_SHMEM (QEMU 11's vhost-user-test-device-pci;
+    /// docs/dax-design.md). Needs --tag and a writable share; not with
+    /// --crash-restart; a live upgrade of a daemon with a window is refused.
+    #[arg(long, value_name = "SIZE", value_parser = parse_window)]
+    pub dax_window: Option<u64>,
+
     /// How the daemon holds on to the files the guest knows: `never` (the
     /// default): an O_PATH descriptor each; `prefer` (or `fallback`): a
     /// file handle where the file system gives one, so that they cost no
@@ -554,6 +564,8 @@ pub enum CliError {
     BadCompat(String),
     #[error("--tag `{0}`: a tag is 1 to 36 bytes (the virtio-fs configuration space)")]
     Tag(String),
+    #[error("--dax-window {0}")]
+    DaxWindow(&'static str),
     #[error("--posix-acl cannot be used with --translate-uid/--translate-gid: ACL entries name host IDs the guest would see untranslated")]
     PosixAclTranslate,
     #[error("--translate-uid/--translate-gid: {0}")]
@@ -585,7 +597,53 @@ fn unsupported(option: impl Into<String>, why: &'static str) -> CliError {
     }
 }
 
+/// `--dax-window SIZE`: bytes, with an optional K, M or G suffix; a power of
+/// two of at least 2 MiB (the guest maps 2 MiB chunks; QEMU needs a power
+/// of two for the BAR).
+fn parse_window(s: &str) -> Result<u64, String> {
+    let (num, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (bytes, or a number with K, M or G)"))?;
+    let bytes = n
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < 2 << 20 || !bytes.is_power_of_two() {
+        return Err(format!(
+            "`{s}`: the window is a power of two of at least 2M"
+        ));
+    }
+    Ok(bytes)
+}
+
 impl Opt {
+    /// `--dax-window` needs what the window is served with.
+    fn check_dax(&self) -> Result<(), CliError> {
+        if self.tag.is_none() {
+            return Err(CliError::DaxWindow(
+                "needs --tag: the device that has a window reads the virtio-fs \
+                 configuration space from the daemon",
+            ));
+        }
+        if self.readonly {
+            return Err(CliError::DaxWindow(
+                "needs a writable share: the VMM maps every range with a descriptor \
+                 open for writing",
+            ));
+        }
+        if self.crash_restart {
+            return Err(CliError::DaxWindow(
+                "cannot be used with --crash-restart yet: the mappings are not journaled",
+            ));
+        }
+        Ok(())
+    }
+
     /// `--inode-file-handles` (`fallback` is `prefer`).
     pub fn file_handles(&self) -> virtio_fs_ext::config::FileHandles {
         use virtio_fs_ext::config::FileHandles;
@@ -684,6 +742,9 @@ impl Opt {
         }
         if let Some(t) = self.tag.as_ref().filter(|t| t.is_empty() || t.len() > 36) {
             return Err(CliError::Tag(t.clone()));
+        }
+        if self.dax_window.is_some() {
+            self.check_dax()?;
         }
         xvfs_fs::ids::Translation::parse(&self.translate_uid, &self.translate_gid)
             .map_err(CliError::Translate)?;

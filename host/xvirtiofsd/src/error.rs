@@ -46,6 +46,8 @@ pub enum SetupError {
     Device(#[from] VhostUserError),
     #[error("{0}")]
     Io(&'static str, #[source] std::io::Error),
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 /// Why [`crate::daemon::Daemon::serve`] failed.

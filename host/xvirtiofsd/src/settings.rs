@@ -172,6 +172,7 @@ pub(crate) fn device_config(s: &Settings, wake_cost: Duration) -> DeviceConfig {
         },
         journal: None,
         tag: sec.tag.clone(),
+        dax: None,
     }
 }
 

@@ -31,6 +31,7 @@ use crate::settings::{device_config, from_options, fs_config, max_open};
 use crate::setup::Prepared;
 use crate::setup::{caps_mask, confine, open_metrics, CAP_DAC_READ_SEARCH};
 use crate::upgrade::handover::{self, Incoming, Outgoing};
+use crate::vhost_user::backend::BackendChannel;
 use crate::vhost_user::{Connection, Device, ServeEnd};
 use crate::virtqueue::worker::measure_wake_cost;
 use crate::{error_chain, sys, FsServer};
@@ -140,6 +141,12 @@ impl Daemon {
         let fs_cfg = fs_config(&cfg, max_open)?;
         let dir = confine(&cfg, caps_mask(opt)?, 0)?;
         let mut fs = PassthroughFs::on(fs_cfg, dir).map_err(SetupError::Fs)?;
+        if let Some(size) = opt.dax_window {
+            let channel = Arc::new(BackendChannel::default());
+            fs.attach_mapper(channel.clone(), size);
+            dev_cfg.dax = Some((size, channel));
+            info!("DAX: a window of {size} bytes is offered (experimental)");
+        }
         if let Some(l) = &link {
             fs.attach_journal(l.journal());
             fs.attach_keeper(l.keeper(), l.keep_all());

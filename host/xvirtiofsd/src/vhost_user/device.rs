@@ -11,8 +11,8 @@ use std::sync::Arc;
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
     FrontendReq, VhostUserConfig, VhostUserConfigFlags, VhostUserLog, VhostUserMemory,
-    VhostUserMemoryRegion, VhostUserSingleMemoryRegion, VhostUserU64, VhostUserVringAddr,
-    VhostUserVringAddrFlags, VhostUserVringState, MAX_ATTACHED_FD_ENTRIES,
+    VhostUserMemoryRegion, VhostUserShMemConfig, VhostUserSingleMemoryRegion, VhostUserU64,
+    VhostUserVringAddr, VhostUserVringAddrFlags, VhostUserVringState, MAX_ATTACHED_FD_ENTRIES,
 };
 use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vm_memory::{ByteValued, GuestMemoryAtomic};
@@ -26,6 +26,7 @@ use crate::virtqueue::worker::{
 };
 use crate::FsServer as Server;
 
+use super::backend::BackendChannel;
 use super::error::{Result, VhostUserError};
 use super::ring::Vring;
 use transfer::Transfer;
@@ -55,6 +56,9 @@ pub struct DeviceConfig {
     /// `--tag`: advertised in the device configuration space
     /// (VHOST_USER_PROTOCOL_F_CONFIG, GET_CONFIG).
     pub tag: Option<String>,
+    /// `--dax-window`: the window's size (GET_SHMEM_CONFIG) and the channel
+    /// its mappings are asked for on (SET_BACKEND_REQ_FD).
+    pub dax: Option<(u64, Arc<BackendChannel>)>,
 }
 
 mod transfer;
@@ -69,6 +73,7 @@ impl DeviceConfig {
             migration: MigrationConfig::default(),
             journal: None,
             tag: None,
+            dax: None,
         }
     }
 
@@ -184,11 +189,23 @@ impl Device {
             | VhostUserProtocolFeatures::RESET_DEVICE
             | VhostUserProtocolFeatures::LOG_SHMFD
             | VhostUserProtocolFeatures::DEVICE_STATE;
-        if cfg.tag.is_some() {
+        let base = if cfg.tag.is_some() {
             base | VhostUserProtocolFeatures::CONFIG
         } else {
             base
+        };
+        if cfg.dax.is_some() {
+            base | VhostUserProtocolFeatures::BACKEND_REQ
+                | VhostUserProtocolFeatures::BACKEND_SEND_FD
+                | VhostUserProtocolFeatures::SHMEM
+        } else {
+            base
         }
+    }
+
+    /// Whether the device offers a DAX window (`--dax-window`).
+    pub fn has_dax_window(&self) -> bool {
+        self.cfg.dax.is_some()
     }
 
     /// The virtio-fs configuration space: the tag (NUL-padded to 36 bytes)
@@ -515,8 +532,24 @@ impl Device {
             R::CHECK_DEVICE_STATE => Ok(Some(u64_reply(self.check_device_state()))),
             R::GET_CONFIG => Ok(Some(self.get_config(req, body)?)),
             R::SET_BACKEND_REQ_FD => {
-                // Not offered; a front-end sending it anyway gets its fd closed.
+                expect_fds(req, 1, &fds)?;
+                // Only with a DAX window (BACKEND_REQ is offered then);
+                // otherwise the descriptor is closed.
+                if let (Some((_, ch)), Some(f)) = (&self.cfg.dax, fds.into_iter().next()) {
+                    ch.set(std::os::unix::net::UnixStream::from(
+                        std::os::fd::OwnedFd::from(f),
+                    ));
+                    info!("DAX: the front-end's back-end channel is set");
+                }
                 Ok(None)
+            }
+            R::GET_SHMEM_CONFIG => {
+                let Some((size, _)) = &self.cfg.dax else {
+                    return Err(VhostUserError::Unsupported(req.into()));
+                };
+                let c = VhostUserShMemConfig::new(1, &[*size]);
+                info!("DAX: a window of {size:#x} bytes (shared-memory region 0)");
+                Ok(Some(c.as_slice().to_vec()))
             }
             other => Err(VhostUserError::Unsupported(other.into())),
         }

@@ -11,6 +11,7 @@
 //! - `persist`: the device to and from [`virtio_fs_ext::state::DeviceState`];
 //! - `device::transfer`: the device state through QEMU's migration stream.
 
+pub mod backend;
 pub mod connection;
 pub mod device;
 mod error;

@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use virtio_fs_ext::config::{PollMode, SandboxMode, SeccompAction};
 use virtio_fs_ext::settings::{Security, Serving, Settings};
-use xvfs_fs::{CachePolicy, Config, PassthroughFs};
+use xvfs_fs::{Config, PassthroughFs};
 use xvirtiofsd::ops::control::{self, HandoverSlot, StatusInfo};
 use xvirtiofsd::upgrade::handover::{self, Outgoing};
 use xvirtiofsd::vhost_user::{Connection, Device, DeviceConfig, ServeEnd, VhostUserError};
@@ -97,27 +97,8 @@ pub struct TestQueue {
 
 pub fn server_for(dir: &std::path::Path) -> Arc<Server> {
     let fs = PassthroughFs::new(Config {
-        root_dir: dir.to_path_buf(),
-        cache: CachePolicy::Auto,
-        xattr: false,
-        readonly: false,
-        writeback: false,
         allow_direct_io: false,
-        preserve_noatime: false,
-        readdirplus: true,
-        max_open: 0,
-        xattrmap: None,
-        no_device_nodes: false,
-        no_setid: false,
-        killpriv_v2: false,
-        allow_mmap: false,
-        announce_submounts: false,
-        ids: Default::default(),
-        posix_acl: Default::default(),
-        inode_file_handles: Default::default(),
-        security_label: Default::default(),
-        posix_lock: false,
-        flock: false,
+        ..xvfs_fs::testing::config_for(dir)
     })
     .expect("passthrough fs");
     Arc::new(Server::new(fs))
@@ -146,12 +127,20 @@ impl Vmm {
         cfg: DeviceConfig,
         serve: impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static,
     ) -> Vmm {
+        Self::start_serving_on(server_for(dir), cfg, serve)
+    }
+
+    /// As [`Vmm::start_serving`], with the FUSE server given.
+    pub fn start_serving_on(
+        server: Arc<Server>,
+        cfg: DeviceConfig,
+        serve: impl FnOnce(Device, UnixStream) -> Result<(), VhostUserError> + Send + 'static,
+    ) -> Vmm {
         let max_queues = cfg.max_queues;
         if std::env::var_os("XVFS_TEST_LOG").is_some() {
             xvirtiofsd::ops::logger::init(xvirtiofsd::cli::LogLevel::Trace);
         }
         let (ours, theirs) = UnixStream::pair().expect("socketpair");
-        let server = server_for(dir);
         let (stats_tx, stats_rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
             let dev = Device::new(cfg, server).expect("device");
@@ -212,6 +201,17 @@ impl Vmm {
 
     /// As `negotiate`, acknowledging only the offered features in `mask`.
     pub fn negotiate_features(&mut self, mask: u64) -> u64 {
+        self.negotiate_with(
+            mask,
+            VhostUserProtocolFeatures::MQ
+                | VhostUserProtocolFeatures::REPLY_ACK
+                | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS,
+        )
+    }
+
+    /// As `negotiate`, acknowledging the offered features in `mask` and the
+    /// offered protocol features in `protocol`.
+    pub fn negotiate_with(&mut self, mask: u64, protocol: VhostUserProtocolFeatures) -> u64 {
         self.frontend.set_owner().expect("set_owner");
         let features = self.frontend.get_features().expect("get_features") & mask;
         self.frontend.set_features(features).expect("set_features");
@@ -219,9 +219,7 @@ impl Vmm {
             .frontend
             .get_protocol_features()
             .expect("get_protocol_features");
-        pf &= VhostUserProtocolFeatures::MQ
-            | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+        pf &= protocol;
         self.frontend
             .set_protocol_features(pf)
             .expect("set_protocol_features");

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The back-end channel (VHOST_USER_PROTOCOL_F_BACKEND_REQ): the socket the
+//! front-end hands over with SET_BACKEND_REQ_FD, on which this daemon asks
+//! it to map file ranges into the DAX window (SHMEM_MAP with the file's
+//! descriptor, SHMEM_UNMAP). One request at a time, each sent with
+//! NEED_REPLY and its reply awaited with a deadline, so that a front-end
+//! that stops answering costs the guest an I/O error, not a hung worker.
+
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use vhost::vhost_user::message::{BackendReq, VhostUserMMap, VhostUserMMapFlags};
+use vm_memory::ByteValued;
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+
+use crate::sys;
+
+/// How long a map or unmap may wait for the front-end's reply.
+const REPLY_DEADLINE: Duration = Duration::from_secs(5);
+const HDR_SIZE: usize = 12;
+const FLAG_VERSION: u32 = 0x1;
+const FLAG_REPLY: u32 = 0x4;
+const FLAG_NEED_REPLY: u32 = 0x8;
+
+/// The channel, empty until the front-end sends its end.
+#[derive(Debug, Default)]
+pub struct BackendChannel {
+    stream: Mutex<Option<UnixStream>>,
+}
+
+impl BackendChannel {
+    /// Installs the channel the front-end sent (SET_BACKEND_REQ_FD).
+    pub fn set(&self, stream: UnixStream) {
+        *self.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+    }
+
+    /// Forgets the channel (the front-end reset the device or left).
+    pub fn clear(&self) {
+        *self.stream.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Sends `req` with `body` (and `fd`) and waits for its reply: Ok when
+    /// the front-end answered 0.
+    fn request(&self, req: BackendReq, body: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+        let guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(s) = guard.as_ref() else {
+            return Err(io::Error::other("the front-end gave no back-end channel"));
+        };
+        let code = u32::from(req);
+        let mut msg = Vec::with_capacity(HDR_SIZE + body.len());
+        msg.extend_from_slice(&code.to_ne_bytes());
+        msg.extend_from_slice(&(FLAG_VERSION | FLAG_NEED_REPLY).to_ne_bytes());
+        msg.extend_from_slice(&(body.len() as u32).to_ne_bytes());
+        msg.extend_from_slice(body);
+        let fds: Vec<i32> = fd.iter().map(AsRawFd::as_raw_fd).collect();
+        let sent = s
+            .send_with_fds(&[&msg[..]], &fds)
+            .map_err(io::Error::from)?;
+        if sent != msg.len() {
+            return Err(io::Error::other("short write on the back-end channel"));
+        }
+        let mut reply = [0u8; HDR_SIZE + 8];
+        read_by(s, &mut reply)?;
+        let word =
+            |i: usize| u32::from_ne_bytes([reply[i], reply[i + 1], reply[i + 2], reply[i + 3]]);
+        if word(0) != code || word(4) & !0x3 != FLAG_REPLY || word(8) != 8 {
+            return Err(io::Error::other(format!(
+                "back-end channel: unexpected reply (request {}, flags {:#x}, size {})",
+                word(0),
+                word(4),
+                word(8)
+            )));
+        }
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&reply[HDR_SIZE..]);
+        match u64::from_ne_bytes(v) {
+            0 => Ok(()),
+            _ => Err(io::Error::from_raw_os_error(libc::EIO)),
+        }
+    }
+}
+
+/// Reads exactly `buf` from `s`, giving up after [`REPLY_DEADLINE`].
+fn read_by(mut s: &UnixStream, buf: &mut [u8]) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + REPLY_DEADLINE;
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || !sys::poll_readable(&[s.as_fd()], left.as_millis() as i32)?[0] {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the front-end did not answer on the back-end channel",
+            ));
+        }
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl xvfs_fs::passthrough::Mapper for BackendChannel {
+    fn map(
+        &self,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        window_offset: u64,
+        len: u64,
+        writable: bool,
+    ) -> io::Result<()> {
+        let m = VhostUserMMap {
+            shmid: 0,
+            fd_offset: file_offset,
+            shm_offset: window_offset,
+            len,
+            flags: if writable {
+                VhostUserMMapFlags::WRITABLE.bits()
+            } else {
+                VhostUserMMapFlags::default().bits()
+            },
+            ..Default::default()
+        };
+        self.request(BackendReq::SHMEM_MAP, m.as_slice(), Some(fd))
+    }
+
+    fn unmap(&self, window_offset: u64, len: u64) -> io::Result<()> {
+        let m = VhostUserMMap {
+            shmid: 0,
+            shm_offset: window_offset,
+            len,
+            ..Default::default()
+        };
+        self.request(BackendReq::SHMEM_UNMAP, m.as_slice(), None)
+    }
+}

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The DAX window over real vhost-user (`--dax-window`): the protocol
+//! features offered, GET_SHMEM_CONFIG, the back-end channel, and
+//! FUSE_SETUPMAPPING / FUSE_REMOVEMAPPING turned into SHMEM_MAP (with the
+//! file's descriptor) and SHMEM_UNMAP on it, each checked against the
+//! window; this test plays QEMU on both sockets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use common::*;
+use vhost::vhost_user::message::VhostUserHeaderFlag;
+use vhost::vhost_user::VhostUserFrontend;
+use vhost::vhost_user::VhostUserProtocolFeatures as P;
+use vhost::VhostBackend;
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+use xvfs_fs::abi::{init_flags, opcode, setupmapping_flags, SetupMappingIn, Wire};
+use xvirtiofsd::vhost_user::backend::BackendChannel;
+use xvirtiofsd::vhost_user::DeviceConfig;
+use xvirtiofsd::FsServer as Server;
+
+const WINDOW: u64 = 8 << 20;
+const CHUNK: u64 = 2 << 20;
+
+/// A daemon with a window of [`WINDOW`] bytes.
+fn start(dir: &std::path::Path) -> Vmm {
+    let channel = Arc::new(BackendChannel::default());
+    let mut fs = xvfs_fs::PassthroughFs::new(xvfs_fs::testing::config_for(dir)).expect("fs");
+    fs.attach_mapper(channel.clone(), WINDOW);
+    let mut cfg = DeviceConfig::new(2);
+    cfg.tag = Some("dax".into());
+    cfg.dax = Some((WINDOW, channel));
+    Vmm::start_serving_on(Arc::new(Server::new(fs)), cfg, |mut dev, theirs| {
+        let mut conn = xvirtiofsd::vhost_user::Connection::new(theirs);
+        let r = conn.serve(&mut dev, None, &mut |_| {}).map(|_| ());
+        dev.stop_all();
+        r
+    })
+}
+
+/// One request on the back-end channel as QEMU reads it: (request, flags,
+/// payload, descriptors).
+fn read_backend(s: &UnixStream) -> (u32, u32, Vec<u8>, Vec<OwnedFd>) {
+    let mut hdr = [0u8; 12];
+    let mut fds = [0i32; 4];
+    let mut iov = [libc::iovec {
+        iov_base: hdr.as_mut_ptr().cast(),
+        iov_len: hdr.len(),
+    }];
+    // SAFETY: the iovec points at `hdr`, which outlives the call; received
+    // descriptors are owned below, each exactly once.
+    let (n, nfds) = unsafe { s.recv_with_fds(&mut iov, &mut fds) }.expect("recv");
+    assert_eq!(n, 12, "a whole header");
+    let fds = fds[..nfds]
+        .iter()
+        // SAFETY: the kernel installed these descriptors for this process.
+        .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
+    let word = |i: usize| u32::from_ne_bytes(hdr[i..i + 4].try_into().unwrap());
+    let mut body = vec![0u8; word(8) as usize];
+    (&*s).read_exact(&mut body).expect("payload");
+    (word(0), word(4), body, fds)
+}
+
+/// QEMU's reply to back-end request `req`: `value` (0 = done).
+fn reply_backend(s: &UnixStream, req: u32, value: u64) {
+    let mut m = Vec::new();
+    m.extend_from_slice(&req.to_ne_bytes());
+    m.extend_from_slice(&0x5u32.to_ne_bytes());
+    m.extend_from_slice(&8u32.to_ne_bytes());
+    m.extend_from_slice(&value.to_ne_bytes());
+    (&*s).write_all(&m).expect("reply");
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+fn setup(foffset: u64, moffset: u64, flags: u64) -> Vec<u8> {
+    SetupMappingIn {
+        fh: u64::MAX,
+        foffset,
+        len: CHUNK,
+        flags,
+        moffset,
+    }
+    .to_bytes()
+}
+
+fn remove(ranges: &[(u64, u64)]) -> Vec<u8> {
+    let mut b = (ranges.len() as u32).to_ne_bytes().to_vec();
+    for &(at, len) in ranges {
+        b.extend_from_slice(&at.to_ne_bytes());
+        b.extend_from_slice(&len.to_ne_bytes());
+    }
+    b
+}
+
+#[test]
+fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
+    let dir = scratch_dir("dax");
+    std::fs::write(dir.join("data"), vec![7u8; 3 * CHUNK as usize]).unwrap();
+    let ino = std::fs::metadata(dir.join("data")).unwrap().ino();
+    let mut vmm = start(&dir);
+
+    // Offered: the window's features beside CONFIG; QEMU acks them.
+    vmm.frontend.set_owner().expect("owner");
+    let features = vmm.frontend.get_features().expect("features");
+    vmm.frontend.set_features(features).expect("set features");
+    let offered = vmm
+        .frontend
+        .get_protocol_features()
+        .expect("protocol features");
+    let want = P::SHMEM | P::BACKEND_REQ | P::BACKEND_SEND_FD | P::CONFIG | P::REPLY_ACK;
+    assert!(offered.contains(want), "offered {offered:?}");
+    vmm.shutdown().expect("clean disconnect");
+
+    let mut vmm = start(&dir);
+    vmm.negotiate_with(u64::MAX, want | P::MQ | P::CONFIGURE_MEM_SLOTS);
+    let shm = vmm.frontend.get_shmem_config().expect("GET_SHMEM_CONFIG");
+    assert_eq!(shm.nregions, 1);
+    assert_eq!(shm.memory_sizes[0], WINDOW, "region 0 is the window");
+    assert!(shm.memory_sizes[1..].iter().all(|&s| s == 0));
+    let (qemu, daemon) = UnixStream::pair().expect("socketpair");
+    vmm.frontend
+        .set_backend_request_fd(&daemon)
+        .expect("SET_BACKEND_REQ_FD");
+    drop(daemon);
+    vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    vmm.setup_queues(2);
+
+    // INIT: the map alignment (a page) is answered when the guest asks.
+    let init = xvfs_fs::testing::init_in(41, init_flags::MAP_ALIGNMENT as u32, 0).to_bytes();
+    let (err, out) = vmm.fuse(1, opcode::INIT, 0, &init);
+    assert_eq!(err, 0);
+    let flags = u32::from_ne_bytes(out[12..16].try_into().unwrap());
+    assert_ne!(u64::from(flags) & init_flags::MAP_ALIGNMENT, 0);
+    assert_eq!(u16::from_ne_bytes(out[30..32].try_into().unwrap()), 12);
+    let (err, entry) = vmm.fuse(1, opcode::LOOKUP, 1, b"data\0");
+    assert_eq!(err, 0);
+    let node = u64_at(&entry, 0);
+
+    // The front-end's side of the channel, in a thread, as QEMU's main loop.
+    let fe = std::thread::spawn(move || {
+        let (req, flags, body, fds) = read_backend(&qemu);
+        assert_eq!(req, 9, "SHMEM_MAP");
+        assert_eq!(flags, 0x1 | 0x8, "version 1 and NEED_REPLY");
+        assert_eq!(body.len(), 40);
+        assert_eq!(body[0], 0, "shmid 0: the cache window");
+        assert_eq!(u64_at(&body, 8), CHUNK, "fd_offset");
+        assert_eq!(u64_at(&body, 16), 2 * CHUNK, "shm_offset");
+        assert_eq!(u64_at(&body, 24), CHUNK, "len");
+        assert_eq!(u64_at(&body, 32), 1, "writable");
+        assert_eq!(fds.len(), 1, "the file's descriptor");
+        let f = std::fs::File::from(fds.into_iter().next().unwrap());
+        assert_eq!(f.metadata().unwrap().ino(), ino, "the file the guest named");
+        // SAFETY: F_GETFL on a descriptor this thread owns.
+        let fl = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(
+            fl & libc::O_ACCMODE,
+            libc::O_RDWR,
+            "QEMU maps it read-write"
+        );
+        reply_backend(&qemu, 9, 0);
+
+        let (req, _, body, fds) = read_backend(&qemu);
+        assert_eq!((req, fds.len()), (10, 0), "SHMEM_UNMAP, no descriptor");
+        assert_eq!((u64_at(&body, 16), u64_at(&body, 24)), (2 * CHUNK, CHUNK));
+        reply_backend(&qemu, 10, 0);
+
+        // A map the front-end refuses.
+        let (req, ..) = read_backend(&qemu);
+        assert_eq!(req, 9);
+        reply_backend(&qemu, 9, 1);
+        qemu
+    });
+    let rw = setupmapping_flags::READ | setupmapping_flags::WRITE;
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(CHUNK, 2 * CHUNK, rw));
+    assert_eq!(err, 0, "mapped");
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(2 * CHUNK, CHUNK)]));
+    assert_eq!(err, 0, "unmapped");
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(0, 0, rw));
+    assert_eq!(err, -libc::EIO, "the front-end refused: EIO");
+    let qemu = fe.join().expect("front-end thread");
+
+    // Refused before the front-end hears of it.
+    for (what, body) in [
+        ("past the window", setup(0, WINDOW, rw)),
+        ("misaligned", setup(100, 0, rw)),
+        ("an unknown flag", setup(0, 0, 1 << 5)),
+    ] {
+        let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &body);
+        assert_eq!(err, -libc::EINVAL, "{what}");
+    }
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, 1, &setup(0, 0, rw));
+    assert_eq!(err, -libc::EINVAL, "a directory");
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(CHUNK, CHUNK)]));
+    assert_eq!(err, -libc::EINVAL, "nothing is mapped there");
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[]));
+    assert_eq!(err, -libc::EINVAL, "no range");
+    qemu.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        (&qemu).read(&mut byte).is_err(),
+        "nothing reached the front-end"
+    );
+    vmm.shutdown().expect("clean disconnect");
+}
