@@ -38,6 +38,14 @@ $(error KERNEL must be 6.1, 6.12 or 7, not '$(KERNEL)')
 endif
 export XVFS_QEMU := $(QEMU)
 export XVFS_GUEST_KERNEL := $(KERNEL)
+# make vm QEMU=11.1 DAX=512M: a DAX window of that size (experimental,
+# docs/dax-design.md); passed on as XVFS_DAX.
+ifneq ($(DAX),)
+ifneq ($(QEMU),11.1)
+$(error DAX= needs QEMU=11.1 (the shared-memory protocol came in QEMU 11))
+endif
+export XVFS_DAX := $(DAX)
+endif
 
 # make test-matrix: every QEMU x kernel pair runs these tests (tests/matrix.sh).
 MATRIX_QEMU ?= 7.2 10.0 11.1
