@@ -16,14 +16,11 @@ use vhost::vhost_user::message::{BackendReq, VhostUserMMap, VhostUserMMapFlags};
 use vm_memory::ByteValued;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
+use super::header::{FLAG_NEED_REPLY, FLAG_REPLY, FLAG_VERSION, HDR_SIZE};
 use crate::sys;
 
 /// How long a map or unmap may wait for the front-end's reply.
 const REPLY_DEADLINE: Duration = Duration::from_secs(5);
-const HDR_SIZE: usize = 12;
-const FLAG_VERSION: u32 = 0x1;
-const FLAG_REPLY: u32 = 0x4;
-const FLAG_NEED_REPLY: u32 = 0x8;
 
 /// The channel, empty until the front-end sends its end.
 #[derive(Debug, Default)]
@@ -35,11 +32,6 @@ impl BackendChannel {
     /// Installs the channel the front-end sent (SET_BACKEND_REQ_FD).
     pub fn set(&self, stream: UnixStream) {
         *self.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
-    }
-
-    /// Forgets the channel (the front-end reset the device or left).
-    pub fn clear(&self) {
-        *self.stream.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Sends `req` with `body` (and `fd`) and waits for its reply: Ok when

@@ -22,11 +22,7 @@ use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 use super::device::Device;
 use super::error::{Result, VhostUserError};
-
-const HDR_SIZE: usize = 12;
-const FLAG_VERSION: u32 = 0x1;
-const FLAG_REPLY: u32 = 0x4;
-const FLAG_NEED_REPLY: u32 = 0x8;
+use super::header::{FLAG_NEED_REPLY, FLAG_REPLY, FLAG_VERSION, HDR_SIZE};
 
 /// One connection to a front-end.
 pub struct Connection {

@@ -15,6 +15,7 @@ pub mod backend;
 pub mod connection;
 pub mod device;
 mod error;
+mod header;
 mod persist;
 mod ring;
 
