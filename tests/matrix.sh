@@ -115,7 +115,7 @@ keep_cell_logs() {
 
 # run_cell Q K T: one test on one pair; sets CELL[Q K T] and the counters.
 run_cell() {
-    local q=$1 k=$2 t=$3 qn kn why log rc=0 p f key="$1 $2 $3"
+    local q=$1 k=$2 t=$3 qn kn why log rc=0 p f key="$1 $2 $3" t0 secs
     if [ -n "${SETUP_ERR[q-$q]:-}" ] || [ -n "${SETUP_ERR[k-$k]:-}" ]; then
         CELL[$key]="FAILED: setup: ${SETUP_ERR[q-$q]:-${SETUP_ERR[k-$k]}}"
         FAILED=$((FAILED + 1))
@@ -132,15 +132,17 @@ run_cell() {
     log=$MLOG/$q-$k-$t.log
     say "matrix: QEMU $q x Linux $k: $t (log: $log)"
     touch "$MLOG/.cell-start"
+    t0=$(date +%s)
     XVFS_QEMU=$q XVFS_GUEST_KERNEL=$k timeout -k 30 "${MATRIX_TEST_TIMEOUT:-3600}" \
         "$XVFS_ROOT/tests/vm/$t.sh" >"$log" 2>&1 </dev/null || rc=$?
+    secs=$(($(date +%s) - t0))
     keep_cell_logs "$MLOG/$q-$k-$t.files"
     read -r p f < <(test_counts "$log" "$rc")
     if [ "$f" -eq 0 ]; then
-        CELL[$key]="passed ($p checks)"
+        CELL[$key]="passed ($p checks, $secs s)"
         PASSED=$((PASSED + 1))
     else
-        CELL[$key]="FAILED ($f of $((p + f)) checks; rc $rc)"
+        CELL[$key]="FAILED ($f of $((p + f)) checks; rc $rc; $secs s)"
         [ "$rc" -ne 124 ] || CELL[$key]="FAILED (timeout after ${MATRIX_TEST_TIMEOUT:-3600} s; $p checks passed)"
         FAILED=$((FAILED + 1))
     fi
@@ -177,7 +179,19 @@ report() {
     echo
     echo "$NA n/a (not counted)"
     echo
+    echo "Took $(duration $(($(date +%s) - MATRIX_START))) (setting up runtimes and images included)."
+    echo
     echo "$PASSED passed, $FAILED failed"
+}
+
+# duration SECONDS: "1 h 23 min 45 s".
+duration() {
+    local s=$1
+    if [ "$s" -ge 3600 ]; then
+        echo "$((s / 3600)) h $((s % 3600 / 60)) min $((s % 60)) s"
+    else
+        echo "$((s / 60)) min $((s % 60)) s"
+    fi
 }
 
 plan() {
@@ -214,6 +228,7 @@ main() {
     fi
     declare -gA QVER=() KVER=() SETUP_ERR=() CELL=()
     PASSED=0 FAILED=0 NA=0
+    MATRIX_START=$(date +%s)
     mkdir -p "$MLOG"
     for q in "${QEMUS[@]}"; do setup_qemu "$q"; done
     for k in "${KERNELS[@]}"; do setup_kernel "$k"; done
