@@ -107,6 +107,8 @@ fn remove(ranges: &[(u64, u64)]) -> Vec<u8> {
 fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
     let dir = scratch_dir("dax");
     std::fs::write(dir.join("data"), vec![7u8; 3 * CHUNK as usize]).unwrap();
+    std::fs::write(dir.join("small"), b"not a whole chunk").unwrap();
+    std::fs::write(dir.join("empty"), b"").unwrap();
     let ino = std::fs::metadata(dir.join("data")).unwrap().ino();
     let mut vmm = start(&dir);
 
@@ -136,16 +138,40 @@ fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
     vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
     vmm.setup_queues(2);
 
-    // INIT: the map alignment (a page) is answered when the guest asks.
-    let init = xvfs_fs::testing::init_in(41, init_flags::MAP_ALIGNMENT as u32, 0).to_bytes();
+    // INIT: the map alignment (a page) and per-inode DAX are answered when
+    // the guest asks (a `dax=inode` mount offers both).
+    let low = (init_flags::MAP_ALIGNMENT | init_flags::INIT_EXT) as u32;
+    let high = (init_flags::HAS_INODE_DAX >> 32) as u32;
+    let init = xvfs_fs::testing::init_in(41, low, high).to_bytes();
     let (err, out) = vmm.fuse(1, opcode::INIT, 0, &init);
     assert_eq!(err, 0);
     let flags = u32::from_ne_bytes(out[12..16].try_into().unwrap());
     assert_ne!(u64::from(flags) & init_flags::MAP_ALIGNMENT, 0);
     assert_eq!(u16::from_ne_bytes(out[30..32].try_into().unwrap()), 12);
-    let (err, entry) = vmm.fuse(1, opcode::LOOKUP, 1, b"data\0");
+    let flags2 = u32::from_ne_bytes(out[32..36].try_into().unwrap());
+    assert_eq!(flags2 & high, high, "FUSE_HAS_INODE_DAX");
+    // FUSE_ATTR_DAX (the attr's flags, at 40 + 84 of an entry) only on a
+    // file whose size is a whole number of chunks.
+    let lookup = |vmm: &mut Vmm, name: &[u8]| {
+        let (err, entry) = vmm.fuse(1, opcode::LOOKUP, 1, name);
+        assert_eq!(err, 0);
+        let attr_flags = u32::from_ne_bytes(entry[124..128].try_into().unwrap());
+        (u64_at(&entry, 0), attr_flags & xvfs_fs::abi::ATTR_DAX != 0)
+    };
+    let (node, dax) = lookup(&mut vmm, b"data\0");
+    assert!(dax, "6 MiB: DAX");
+    let (small, dax) = lookup(&mut vmm, b"small\0");
+    assert!(!dax, "17 bytes: no DAX");
+    let (empty, dax) = lookup(&mut vmm, b"empty\0");
+    assert!(!dax, "empty: no DAX");
+    let (err, attr) = vmm.fuse(1, opcode::GETATTR, node, &[0u8; 16]);
     assert_eq!(err, 0);
-    let node = u64_at(&entry, 0);
+    let attr_flags = u32::from_ne_bytes(attr[16 + 84..16 + 88].try_into().unwrap());
+    assert_ne!(
+        attr_flags & xvfs_fs::abi::ATTR_DAX,
+        0,
+        "GETATTR says DAX too"
+    );
 
     // The front-end's side of the channel, in a thread, as QEMU's main loop.
     let fe = std::thread::spawn(move || {
@@ -201,6 +227,16 @@ fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
     }
     let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, 1, &setup(0, 0, rw));
     assert_eq!(err, -libc::EINVAL, "a directory");
+    // QEMU maps only whole ranges of a file, and grows an empty one.
+    for (what, node, foffset) in [
+        ("the chunk past the end", node, 3 * CHUNK),
+        ("a file shorter than a chunk", small, 0),
+        ("an empty file", empty, 0),
+    ] {
+        let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(foffset, 0, rw));
+        assert_eq!(err, -libc::EIO, "{what}");
+    }
+    assert_eq!(std::fs::metadata(dir.join("empty")).unwrap().len(), 0);
     let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(CHUNK, CHUNK)]));
     assert_eq!(err, -libc::EINVAL, "nothing is mapped there");
     let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[]));

@@ -167,6 +167,14 @@ pub const SETXATTR_ACL_KILL_SGID: u32 = 1 << 0;
 /// `fuse_attr.flags`: the directory is a submount (FUSE_SUBMOUNTS).
 pub const ATTR_SUBMOUNT: u32 = 1 << 0;
 
+/// `fuse_attr.flags`: the guest accesses this file through the DAX window
+/// (a mount with `dax=inode`, FUSE_HAS_INODE_DAX negotiated).
+pub const ATTR_DAX: u32 = 1 << 1;
+
+/// The unit a Linux guest maps a file in through the DAX window
+/// (`FUSE_DAX_SZ`): every FUSE_SETUPMAPPING asks for one such chunk.
+pub const DAX_CHUNK: u64 = 2 << 20;
+
 wire_struct! {
     /// `struct fuse_kstatfs`.
     pub struct Kstatfs(80) {

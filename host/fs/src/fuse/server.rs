@@ -69,6 +69,7 @@ pub const SERVER_INIT_FLAGS: u64 = {
         | AUTO_INVAL_DATA
         | HANDLE_KILLPRIV_V2
         | MAP_ALIGNMENT
+        | HAS_INODE_DAX
         | SUBMOUNTS
         | POSIX_ACL
         | DONT_MASK

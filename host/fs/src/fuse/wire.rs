@@ -129,9 +129,12 @@ impl<F: FileSystem> Req<'_, F> {
             attr_valid: t.as_secs(),
             entry_valid_nsec: t.subsec_nanos(),
             attr_valid_nsec: t.subsec_nanos(),
-            attr: abi::Attr {
-                flags: if e.submount { abi::ATTR_SUBMOUNT } else { 0 },
-                ..self.attr(&e.attr)
+            attr: {
+                let a = self.attr(&e.attr);
+                abi::Attr {
+                    flags: a.flags | if e.submount { abi::ATTR_SUBMOUNT } else { 0 },
+                    ..a
+                }
             },
         }
     }
@@ -151,8 +154,24 @@ impl<F: FileSystem> Req<'_, F> {
         abi::Attr {
             uid: self.caps.ids.uid.to_guest(st.st_uid),
             gid: self.caps.ids.gid.to_guest(st.st_gid),
+            flags: if self.inode_dax(st) { abi::ATTR_DAX } else { 0 },
             ..attr(st)
         }
+    }
+
+    /// Whether the guest should reach this file through the DAX window
+    /// (per-inode DAX): a regular file whose size is a non-zero multiple
+    /// of [`abi::DAX_CHUNK`]. QEMU 11.1 maps only ranges that lie wholly
+    /// inside the file, and the guest always asks for whole chunks, so the
+    /// last chunk of any other file could not be mapped
+    /// (docs/dax-design.md, R1). A file whose size changes away from the
+    /// rule loses the flag in the next reply, and the guest evicts its
+    /// inode once the file is no longer in use (`fuse_dax_dontcache`).
+    fn inode_dax(&self, st: &Stat) -> bool {
+        self.session.has(abi::init_flags::HAS_INODE_DAX)
+            && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && st.st_size > 0
+            && (st.st_size as u64).is_multiple_of(abi::DAX_CHUNK)
     }
 
     /// The STATX reply for `sx`, valid as long as attributes are.

@@ -11,16 +11,19 @@
 //! a window range reused after a failed removal) and dropped at the end
 //! of a session. The VMM maps with a descriptor open for reading and
 //! writing whatever the protection asked, so a read-only share gets no
-//! mapping at all.
+//! mapping at all. Only ranges wholly inside a non-empty file are mapped
+//! (QEMU 11.1 refuses the others, and would grow an empty file).
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::table::lock;
 use super::{err, Ctx, PassthroughFs};
 use crate::filesystem::Dax;
+use crate::sys;
 
 /// Maps file ranges into the DAX window (the daemon's back-end channel to
 /// the VMM).
@@ -57,6 +60,34 @@ pub(super) struct Window {
     mapper: Arc<dyn Mapper>,
     size: u64,
     maps: Mutex<BTreeMap<u64, Mapping>>,
+    counts: Counters,
+}
+
+/// What the window has done since the daemon started.
+#[derive(Debug, Default)]
+struct Counters {
+    maps: AtomicU64,
+    unmaps: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// The window's figures (`--metrics-file`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct DaxCounts {
+    /// The window's size in bytes.
+    pub window: u64,
+    /// Ranges mapped now.
+    pub mapped: u64,
+    /// Mappings made (SHMEM_MAP answered 0).
+    pub maps: u64,
+    /// Mappings removed (SHMEM_UNMAP sent: REMOVEMAPPING, replaced, session end).
+    pub unmaps: u64,
+    /// SETUPMAPPINGs refused here: outside the window or the file, a
+    /// read-only share, not a regular file.
+    pub refused: u64,
+    /// Maps and unmaps the front-end refused or did not answer.
+    pub failed: u64,
 }
 
 impl std::fmt::Debug for Window {
@@ -75,10 +106,21 @@ impl Window {
             .collect();
         for (at, len) in hit {
             maps.remove(&at);
-            if let Err(e) = self.mapper.unmap(at, len) {
+            if let Err(e) = self.unmap(at, len) {
                 log::warn!("DAX: unmapping {len:#x} at {at:#x} of the window: {e}");
             }
         }
+    }
+
+    fn unmap(&self, at: u64, len: u64) -> io::Result<()> {
+        let r = self.mapper.unmap(at, len);
+        let c = if r.is_ok() {
+            &self.counts.unmaps
+        } else {
+            &self.counts.failed
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        r
     }
 }
 
@@ -90,7 +132,22 @@ impl PassthroughFs {
             mapper,
             size,
             maps: Mutex::new(BTreeMap::new()),
+            counts: Counters::default(),
         });
+    }
+
+    /// The window's figures, if a window is served.
+    pub fn dax_counts(&self) -> Option<DaxCounts> {
+        let w = self.dax.as_ref()?;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Some(DaxCounts {
+            window: w.size,
+            mapped: lock(&w.maps).len() as u64,
+            maps: get(&w.counts.maps),
+            unmaps: get(&w.counts.unmaps),
+            refused: get(&w.counts.refused),
+            failed: get(&w.counts.failed),
+        })
     }
 
     /// Whether a DAX window is served.
@@ -111,6 +168,15 @@ impl PassthroughFs {
     }
 }
 
+/// Whether `len` bytes at `offset` lie inside a file of `size` bytes.
+/// QEMU 11.1 refuses a mapping that reaches past the end of the file, and
+/// it would grow an empty file to the mapping's end (`file_ram_alloc`), so
+/// an empty file is never mapped.
+fn within_file(size: i64, offset: u64, len: u64) -> bool {
+    u64::try_from(size)
+        .is_ok_and(|size| size > 0 && offset.checked_add(len).is_some_and(|end| end <= size))
+}
+
 fn aligned(v: u64) -> bool {
     v & ((1 << MAP_ALIGNMENT_LOG2) - 1) == 0
 }
@@ -126,27 +192,21 @@ impl Dax for PassthroughFs {
         window_offset: u64,
     ) -> io::Result<()> {
         let w = self.window()?;
-        let end = window_offset
-            .checked_add(len)
-            .ok_or_else(|| err(libc::EINVAL))?;
-        if len == 0 || end > w.size || !aligned(window_offset) || !aligned(file_offset) {
-            return Err(err(libc::EINVAL));
-        }
-        file_offset
-            .checked_add(len)
-            .ok_or_else(|| err(libc::EINVAL))?;
-        if self.cfg.readonly {
-            return Err(err(libc::EROFS));
-        }
-        let inode = self.inode(node)?;
-        if !inode.is_reg() {
-            return Err(err(libc::EINVAL));
-        }
-        let fd = self.reopen(&inode, libc::O_RDWR)?;
+        let fd = self
+            .mappable(w, node, file_offset, len, window_offset)
+            .inspect_err(|_| {
+                w.counts.refused.fetch_add(1, Ordering::Relaxed);
+            })?;
         let mut maps = lock(&w.maps);
-        w.clear_range(&mut maps, window_offset, end);
-        w.mapper
-            .map(fd.as_fd(), file_offset, window_offset, len, writable)?;
+        w.clear_range(&mut maps, window_offset, window_offset + len);
+        if let Err(e) = w
+            .mapper
+            .map(fd.as_fd(), file_offset, window_offset, len, writable)
+        {
+            w.counts.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        w.counts.maps.fetch_add(1, Ordering::Relaxed);
         maps.insert(
             window_offset,
             Mapping {
@@ -167,7 +227,7 @@ impl Dax for PassthroughFs {
             match maps.get(&at) {
                 Some(m) if m.len == len => {
                     maps.remove(&at);
-                    if let Err(e) = w.mapper.unmap(at, len) {
+                    if let Err(e) = w.unmap(at, len) {
                         res = res.and(Err(e));
                     }
                 }
@@ -175,5 +235,46 @@ impl Dax for PassthroughFs {
             }
         }
         res
+    }
+}
+
+impl PassthroughFs {
+    /// SETUPMAPPING's checks: a descriptor of the file to map, or why
+    /// `len` bytes of `node` at `file_offset` may not go to `window_offset`.
+    fn mappable(
+        &self,
+        w: &Window,
+        node: u64,
+        file_offset: u64,
+        len: u64,
+        window_offset: u64,
+    ) -> io::Result<OwnedFd> {
+        let end = window_offset
+            .checked_add(len)
+            .ok_or_else(|| err(libc::EINVAL))?;
+        if len == 0 || end > w.size || !aligned(window_offset) || !aligned(file_offset) {
+            return Err(err(libc::EINVAL));
+        }
+        file_offset
+            .checked_add(len)
+            .ok_or_else(|| err(libc::EINVAL))?;
+        if self.cfg.readonly {
+            return Err(err(libc::EROFS));
+        }
+        let inode = self.inode(node)?;
+        if !inode.is_reg() {
+            return Err(err(libc::EINVAL));
+        }
+        let fd = self.reopen(&inode, libc::O_RDWR)?;
+        let st = sys::fstatat(fd.as_fd(), c"", libc::AT_EMPTY_PATH)?;
+        if !within_file(st.st_size, file_offset, len) {
+            log::debug!(
+                "DAX: node {node}: {len:#x} at {file_offset:#x} is not inside the file \
+                 ({:#x} bytes); QEMU maps only whole ranges of a file",
+                st.st_size
+            );
+            return Err(err(libc::EIO));
+        }
+        Ok(fd)
     }
 }

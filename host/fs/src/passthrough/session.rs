@@ -48,7 +48,10 @@ impl PassthroughFs {
             f |= DIRECT_IO_ALLOW_MMAP;
         }
         if self.has_dax_window() {
-            f |= MAP_ALIGNMENT;
+            // Per-inode DAX (`dax=inode`, the kernel's default mode with a
+            // window) needs the server to say so; `dax=always` needs only
+            // the alignment.
+            f |= MAP_ALIGNMENT | HAS_INODE_DAX;
         }
         // Not an answer the guest acts on (it offers SUBMOUNTS to say it
         // can make them), but kept in the session's flags so that an

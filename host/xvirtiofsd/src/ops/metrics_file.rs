@@ -31,6 +31,9 @@ struct MetricsSnapshot {
     /// With --crash-restart: restarts and replayed requests so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     crash_restart: Option<CrashCounters>,
+    /// With --dax-window: the window's mappings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dax: Option<xvfs_fs::passthrough::DaxCounts>,
 }
 
 #[derive(Debug, Serialize)]
@@ -94,6 +97,7 @@ impl MetricsWriter {
             queues: Vec::new(),
             open_files: None,
             crash_restart: None,
+            dax: None,
         })?;
         Ok(w)
     }
@@ -121,6 +125,7 @@ impl MetricsWriter {
                 restarts: j.restarts(),
                 replayed: j.replayed(),
             }),
+            dax: server.fs().dax_counts(),
         };
         self.write_snapshot(&snapshot)
     }
