@@ -85,8 +85,8 @@ help:
 	@echo 'make vm      boot a guest on SHARE (default ./shared), mounted on /mnt/shared'
 	@echo "             CMD='...' runs one guest command; QUEUES VCPUS MEM XVFS_ACCEL DAEMON DAEMON_ARGS"
 	@echo '             QEMU=7.2|10.0|11.1 KERNEL=6.1|6.12|7 pick the runtime (make deps / image install them)'
-	@echo '             DAX=64M (QEMU=11.1, experimental): a DAX window; the guest still mounts without'
-	@echo '             dax=, so XVFS_MOUNT_TAG=none and mount -o dax=always in CMD (docs/dax-design.md)'
+	@echo '             DAX=64M (QEMU=11.1, experimental): a DAX window, the share mounted with dax=inode'
+	@echo '             (XVFS_MOUNT_OPTS=dax=always for every file; docs/dax-design.md)'
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
 	@echo 'make check   the inner loop: fmt, clippy, cargo test, shellcheck, SPDX lines, import'
 	@echo '             cycles (no deps, image or VM; tests/run-all.sh --check)'
