@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# VM test: the DAX window (issue 32; QEMU 11.1, xvirtiofsd --dax-window). The
+# guest's device is vhost-user-test-device-pci as virtio-fs with a 64 MiB
+# window (32 chunks of 2 MiB, the unit a Linux guest maps in).
+#
+# dax=inode (run-vm's default with XVFS_DAX): files whose size is a whole
+# number of chunks carry FUSE_ATTR_DAX (statx says STATX_ATTR_DAX), others
+# do not and read as usual. A 128 MiB file read with read() and through a
+# shared mapping gives the host's bytes: 64 chunks through a window of 32,
+# so the guest reclaims (REMOVEMAPPING) as it goes. MAP_SHARED stores with
+# msync are on the host file at once, and the host's pwrite is seen through
+# the guest's mapping (one page cache). A guest truncate under its own
+# mapping gives that process SIGBUS past the new end, and nothing else.
+# The daemon's --metrics-file counts the maps and unmaps.
+#
+# dax=always: every file goes through the window. Files of whole chunks
+# work as above; the last chunk of any other file cannot be mapped on QEMU
+# 11.1 (it maps only ranges inside the file): the read fails with EIO, the
+# guest and the daemon go on (docs/dax-design.md, R1).
+set -euo pipefail
+
+# shellcheck source=tests/vm/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+export XVFS_QEMU=${XVFS_QEMU:-11.1}
+vmt_init dax
+if [ "$XVFS_QEMU" != 11.1 ]; then
+    fail "DAX needs QEMU 11.1 (XVFS_QEMU=$XVFS_QEMU)"
+    vmt_summary
+fi
+"$XVFS_ROOT/vmm-config/runtimes.sh" qemu 11.1 >"$VMT_DIR/runtime.log" 2>&1 ||
+    die "installing QEMU 11.1 failed (log: $VMT_DIR/runtime.log)"
+export XVFS_DAX=64M
+MIB=1048576
+
+# make_share DIR: the files both cases read.
+make_share() {
+    mkdir -p "$1"
+    gcc -static -O2 -o "$1/daxprobe" "$XVFS_ROOT/tests/vm/daxprobe.c"
+    # Padded to one chunk, so that even dax=always can read (and run) it.
+    truncate -s $((2 * MIB)) "$1/daxprobe"
+    head -c $((128 * MIB)) /dev/urandom >"$1/big.bin"
+    head -c $((4 * MIB)) /dev/urandom >"$1/m4.bin"
+    head -c $((8 * MIB)) /dev/urandom >"$1/m8.bin"
+    echo "not a whole chunk" >"$1/small.txt"
+}
+
+# host_side SHARE CHECKS: once the guest has stored byte 90 in 64 KiB at
+# 1 MiB of m4.bin, check the host file has them, then pwrite byte 77 in
+# 64 KiB at 2 MiB for the guest to see through its mapping.
+host_side() {
+    local share=$1 i
+    for ((i = 0; i < 3000; i++)); do
+        [ -e "$share/guest-filled" ] && break
+        sleep 0.1
+    done
+    python3 - "$share/m4.bin" >"$2" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+seen = os.pread(fd, 65536, 1 << 20)
+print("CHECK host-reads-the-guest's-mapped-stores 1", int(seen == bytes([90]) * 65536))
+os.pwrite(fd, bytes([77]) * 65536, 2 << 20)
+os.close(fd)
+PY
+    touch "$share/host-filled"
+}
+
+# metric METRICS KEY: the dax counter KEY of the daemon's metrics file.
+metric() {
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("dax", {}).get(sys.argv[2], "none"))' "$1" "$2"
+}
+
+# shellcheck disable=SC2016 # expanded in the guest
+INODE_CMD='cd /mnt/shared
+echo "mount $(grep " /mnt/shared " /proc/mounts)"
+echo "attr-m4 $(./daxprobe attr m4.bin)"
+echo "attr-small $(./daxprobe attr small.txt)"
+echo "small $(cat small.txt)"
+echo "read-big $(sha256sum <big.bin | cut -d" " -f1)"
+echo "mmap-big $(./daxprobe cat big.bin | sha256sum | cut -d" " -f1)"
+echo "fill $(./daxprobe fill m4.bin 1048576 65536 90)"
+touch guest-filled
+while [ ! -e host-filled ]; do sleep 0.1; done
+echo "peek $(./daxprobe peek m4.bin 2097152 65536)"
+echo "shrink $(./daxprobe shrink m8.bin 2097152 4194304)"
+echo "m8-size $(wc -c <m8.bin)"
+echo "m8-head $(head -c 2097152 m8.bin | sha256sum | cut -d" " -f1)"'
+
+say "dax=inode"
+SHARE=$VMT_DIR/share-inode
+make_share "$SHARE"
+want_big=$(sha256sum <"$SHARE/big.bin" | cut -d' ' -f1)
+want_m8=$(head -c $((2 * MIB)) "$SHARE/m8.bin" | sha256sum | cut -d' ' -f1)
+METRICS=$VMT_DIR/inode-metrics.json
+host_side "$SHARE" "$VMT_DIR/inode-host.checks" &
+HOST_PID=$!
+rc=0
+DAEMON_ARGS="--metrics-file $METRICS" XVFS_TIMEOUT=900 \
+    vmt_guest "$SHARE" "$INODE_CMD" "$VMT_DIR/inode.out" || rc=$?
+kill "$HOST_PID" 2>/dev/null || true
+wait "$HOST_PID" 2>/dev/null || true
+out=$VMT_DIR/inode.out
+assert_eq 0 "$rc" "dax=inode: guest command exit status"
+assert_ok "dax=inode: the share is mounted with dax=inode" grep -q '^mount .*virtiofs.*dax=inode' "$out"
+assert_ok "dax=inode: a file of whole chunks is DAX (statx)" grep -qx 'attr-m4 dax 1' "$out"
+assert_ok "dax=inode: a 18-byte file is not" grep -qx 'attr-small dax 0' "$out"
+assert_ok "dax=inode: the 18-byte file reads as usual" grep -qx 'small not a whole chunk' "$out"
+assert_ok "dax=inode: 128 MiB read() through a 64 MiB window: the host's bytes" grep -qx "read-big $want_big" "$out"
+assert_ok "dax=inode: the same through a shared mapping" grep -qx "mmap-big $want_big" "$out"
+assert_ok "dax=inode: MAP_SHARED stores and msync" grep -qx 'fill filled' "$out"
+vmt_checks "$VMT_DIR/inode-host.checks" "dax=inode: "
+assert_ok "dax=inode: the guest's mapping sees the host's pwrite" grep -qx 'peek peek 77' "$out"
+assert_ok "dax=inode: touching past a truncate under the mapping: SIGBUS in that process" \
+    grep -qx 'shrink sigbus' "$out"
+assert_ok "dax=inode: the truncated file has its new size" grep -qx 'm8-size 2097152' "$out"
+assert_ok "dax=inode: and its first chunk is intact" grep -qx "m8-head $want_m8" "$out"
+assert_eq 2097152 "$(stat -c %s "$SHARE/m8.bin")" "dax=inode: the host sees the truncate"
+maps=$(metric "$METRICS" maps)
+unmaps=$(metric "$METRICS" unmaps)
+echo "     dax=inode: maps $maps, unmaps $unmaps, failed $(metric "$METRICS" failed)"
+assert_ok "dax=inode: more maps than the window holds (32)" test "$maps" -gt 32
+assert_ok "dax=inode: the guest reclaimed window ranges" test "$unmaps" -gt 0
+assert_eq 0 "$(metric "$METRICS" failed)" "dax=inode: QEMU refused no map or unmap"
+
+# shellcheck disable=SC2016 # expanded in the guest
+ALWAYS_CMD='cd /mnt/shared
+echo "mount $(grep " /mnt/shared " /proc/mounts)"
+echo "attr-small $(./daxprobe attr small.txt)"
+cat small.txt >/dev/null 2>/tmp/small.err; echo "small-rc $?"
+echo "read-big $(sha256sum <big.bin | cut -d" " -f1)"
+echo "fill $(./daxprobe fill m4.bin 0 4096 33)"
+echo "peek $(./daxprobe peek m4.bin 0 4096)"'
+
+say "dax=always"
+SHARE=$VMT_DIR/share-always
+make_share "$SHARE"
+want_big=$(sha256sum <"$SHARE/big.bin" | cut -d' ' -f1)
+METRICS=$VMT_DIR/always-metrics.json
+rc=0
+XVFS_MOUNT_OPTS=dax=always DAEMON_ARGS="--metrics-file $METRICS" XVFS_TIMEOUT=900 \
+    vmt_guest "$SHARE" "$ALWAYS_CMD" "$VMT_DIR/always.out" || rc=$?
+out=$VMT_DIR/always.out
+assert_eq 0 "$rc" "dax=always: guest command exit status"
+assert_ok "dax=always: the share is mounted with dax=always" grep -q '^mount .*virtiofs.*dax=always' "$out"
+assert_ok "dax=always: 128 MiB read() through the window: the host's bytes" grep -qx "read-big $want_big" "$out"
+assert_ok "dax=always: a file shorter than a chunk fails to read (QEMU 11.1 limit), no hang" \
+    grep -qx 'small-rc 1' "$out"
+assert_ok "dax=always: MAP_SHARED stores and msync" grep -qx 'fill filled' "$out"
+assert_ok "dax=always: read back through a new mapping" grep -qx 'peek peek 33' "$out"
+assert_eq "$(printf '!%.0s' $(seq 4096))" "$(head -c 4096 "$SHARE/m4.bin")" "dax=always: the stores are on the host"
+assert_eq 0 "$(metric "$METRICS" failed)" "dax=always: QEMU refused no map (the short file never reached it)"
+assert_ok "dax=always: the daemon refused the short file's map itself" test "$(metric "$METRICS" refused)" -gt 0
+vmt_summary
