@@ -155,6 +155,14 @@ impl PassthroughFs {
         self.dax.is_some()
     }
 
+    /// Forgets every mapping without unmapping it: the front-end dropped
+    /// them itself (a device reset).
+    pub fn forget_mappings(&self) {
+        if let Some(w) = &self.dax {
+            lock(&w.maps).clear();
+        }
+    }
+
     /// Drops every mapping (the session ends).
     pub(super) fn unmap_all(&self) {
         if let Some(w) = &self.dax {

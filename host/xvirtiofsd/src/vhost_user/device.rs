@@ -408,6 +408,9 @@ impl Device {
             *v = Vring::reset(Arc::clone(&v.stats));
         }
         self.acked_features = 0;
+        // The front-end drops every mapping of the window across a reset
+        // (vhost-user spec, SHMEM_MAP); unmapping them again would fail.
+        self.server.fs().forget_mappings();
     }
 
     /// Handles one message. Returns the reply payload for messages that have one.
