@@ -12,7 +12,10 @@
 # msync are on the host file at once, and the host's pwrite is seen through
 # the guest's mapping (one page cache). A guest truncate under its own
 # mapping gives that process SIGBUS past the new end, and nothing else.
-# The daemon's --metrics-file counts the maps and unmaps.
+# The daemon's --metrics-file counts the maps and unmaps. Half-way, with
+# mappings in place, the daemon is live-upgraded: the window's table and
+# the back-end channel go to the successor, which then serves the guest's
+# new maps and its removal of the old ones.
 #
 # dax=always: every file goes through the window. Files of whole chunks
 # work as above; the last chunk of any other file cannot be mapped on QEMU
@@ -46,11 +49,13 @@ make_share() {
     echo "not a whole chunk" >"$1/small.txt"
 }
 
-# host_side SHARE CHECKS: once the guest has stored byte 90 in 64 KiB at
-# 1 MiB of m4.bin, check the host file has them, then pwrite byte 77 in
-# 64 KiB at 2 MiB for the guest to see through its mapping.
+# host_side SHARE CHECKS CTL: once the guest has stored byte 90 in 64 KiB
+# at 1 MiB of m4.bin, check the host file has them, live-upgrade the daemon
+# (control socket CTL), then pwrite byte 77 in 64 KiB at 2 MiB for the
+# guest to see through its mapping.
 host_side() {
-    local share=$1 i
+    local share=$1 i pid rc=0
+    local -a sargs
     for ((i = 0; i < 3000; i++)); do
         [ -e "$share/guest-filled" ] && break
         sleep 0.1
@@ -60,6 +65,17 @@ import os, sys
 fd = os.open(sys.argv[1], os.O_RDWR)
 seen = os.pread(fd, 65536, 1 << 20)
 print("CHECK host-reads-the-guest's-mapped-stores 1", int(seen == bytes([90]) * 65536))
+os.close(fd)
+PY
+    pid=$(vmt_status "$3" pid)
+    mapfile -t sargs < <(vmt_successor_args "$pid")
+    "$DAEMON" upgrade --control "$3" --binary "$DAEMON" -- "${sargs[@]}" \
+        >"$VMT_DIR/upgrade.log" 2>&1 || rc=$?
+    echo "CHECK live-upgrade-with-mappings-rc 0 $rc" >>"$2"
+    echo "CHECK a-new-process-serves 1 $([ "$(vmt_status "$3" pid)" != "$pid" ] && echo 1 || echo 0)" >>"$2"
+    python3 - "$share/m4.bin" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
 os.pwrite(fd, bytes([77]) * 65536, 2 << 20)
 os.close(fd)
 PY
@@ -83,6 +99,7 @@ echo "fill $(./daxprobe fill m4.bin 1048576 65536 90)"
 touch guest-filled
 while [ ! -e host-filled ]; do sleep 0.1; done
 echo "peek $(./daxprobe peek m4.bin 2097152 65536)"
+echo "read-big-after $(sha256sum <big.bin | cut -d" " -f1)"
 echo "shrink $(./daxprobe shrink m8.bin 2097152 4194304)"
 echo "m8-size $(wc -c <m8.bin)"
 echo "m8-head $(head -c 2097152 m8.bin | sha256sum | cut -d" " -f1)"'
@@ -93,10 +110,11 @@ make_share "$SHARE"
 want_big=$(sha256sum <"$SHARE/big.bin" | cut -d' ' -f1)
 want_m8=$(head -c $((2 * MIB)) "$SHARE/m8.bin" | sha256sum | cut -d' ' -f1)
 METRICS=$VMT_DIR/inode-metrics.json
-host_side "$SHARE" "$VMT_DIR/inode-host.checks" &
+CTL=$VMT_DIR/inode.ctl
+host_side "$SHARE" "$VMT_DIR/inode-host.checks" "$CTL" &
 HOST_PID=$!
 rc=0
-DAEMON_ARGS="--metrics-file $METRICS" XVFS_TIMEOUT=900 \
+DAEMON_ARGS="--metrics-file $METRICS --control $CTL" XVFS_TIMEOUT=900 \
     vmt_guest "$SHARE" "$INODE_CMD" "$VMT_DIR/inode.out" || rc=$?
 kill "$HOST_PID" 2>/dev/null || true
 wait "$HOST_PID" 2>/dev/null || true
@@ -111,6 +129,8 @@ assert_ok "dax=inode: the same through a shared mapping" grep -qx "mmap-big $wan
 assert_ok "dax=inode: MAP_SHARED stores and msync" grep -qx 'fill filled' "$out"
 vmt_checks "$VMT_DIR/inode-host.checks" "dax=inode: "
 assert_ok "dax=inode: the guest's mapping sees the host's pwrite" grep -qx 'peek peek 77' "$out"
+assert_ok "dax=inode: after the upgrade, 128 MiB again through the window (new maps, old ones removed)" \
+    grep -qx "read-big-after $want_big" "$out"
 assert_ok "dax=inode: touching past a truncate under the mapping: SIGBUS in that process" \
     grep -qx 'shrink sigbus' "$out"
 assert_ok "dax=inode: the truncated file has its new size" grep -qx 'm8-size 2097152' "$out"
@@ -119,8 +139,8 @@ assert_eq 2097152 "$(stat -c %s "$SHARE/m8.bin")" "dax=inode: the host sees the 
 maps=$(metric "$METRICS" maps)
 unmaps=$(metric "$METRICS" unmaps)
 echo "     dax=inode: maps $maps, unmaps $unmaps, failed $(metric "$METRICS" failed)"
-assert_ok "dax=inode: more maps than the window holds (32)" test "$maps" -gt 32
-assert_ok "dax=inode: the guest reclaimed window ranges" test "$unmaps" -gt 0
+assert_ok "dax=inode: the successor made more maps than the window holds (32)" test "$maps" -gt 32
+assert_ok "dax=inode: the guest reclaimed window ranges, the predecessor's too" test "$unmaps" -gt 0
 assert_eq 0 "$(metric "$METRICS" failed)" "dax=inode: QEMU refused no map or unmap"
 
 # shellcheck disable=SC2016 # expanded in the guest

@@ -133,6 +133,15 @@ impl Parts {
         }
         Ok(value)
     }
+
+    /// Part `which` if the payload has it (a part written only when there
+    /// is something to say), decoded as by [`Parts::take`].
+    pub fn take_if_there<T: DeserializeOwned>(&self, which: usize) -> Result<Option<T>, PartError> {
+        if self.found[which].is_none() {
+            return Ok(None);
+        }
+        self.take(which).map(Some)
+    }
 }
 
 #[cfg(test)]

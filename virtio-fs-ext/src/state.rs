@@ -22,6 +22,7 @@ pub mod v8;
 
 use serde::{Deserialize, Serialize};
 use xvfs_fs::state::FsState;
+pub use xvfs_fs::state::MappingState;
 use xvfs_fs::SessionState;
 
 use crate::frame::{self, FrameError};
@@ -67,6 +68,17 @@ pub struct DeviceState {
     pub vrings: Vec<VringState>,
 }
 
+/// The DAX window (`--dax-window`): its size, the front-end's back-end
+/// channel and what the front-end has mapped where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaxState {
+    /// The window's size, as the front-end sized the device's region.
+    pub window: u64,
+    /// Index of the back-end channel (SET_BACKEND_REQ_FD), once sent.
+    pub channel_fd: Option<u32>,
+    pub mappings: Vec<MappingState>,
+}
+
 /// Everything a successor needs (every format decodes into this).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonState {
@@ -99,6 +111,8 @@ pub struct DaemonState {
     /// Index of the first file-system descriptor: `fs`'s fd indices are
     /// relative to it.
     pub fs_fd_base: u32,
+    /// The DAX window, if the daemon serves one (format 8's "dax" part).
+    pub dax: Option<DaxState>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +214,9 @@ impl DaemonState {
                 return Err(StateError::Invalid("vring size".into()));
             }
         }
+        if let Some(d) = &self.dax {
+            check_dax(d, &idx)?;
+        }
         let fs_fds = self
             .fs
             .inodes
@@ -215,6 +232,36 @@ impl DaemonState {
         }
         Ok(())
     }
+}
+
+/// A received window: its channel's index, and mappings that are page
+/// aligned, inside the window and apart from each other.
+fn check_dax(d: &DaxState, idx: &dyn Fn(u32) -> Result<(), StateError>) -> Result<(), StateError> {
+    if let Some(i) = d.channel_fd {
+        idx(i)?;
+    }
+    let bad = |what: &str| StateError::Invalid(format!("DAX window: {what}"));
+    if d.window == 0 || !d.window.is_power_of_two() {
+        return Err(bad("size"));
+    }
+    let mut maps: Vec<&MappingState> = d.mappings.iter().collect();
+    maps.sort_by_key(|m| m.window_offset);
+    let page = |v: u64| v.is_multiple_of(4096);
+    let mut end_of_last = 0;
+    for m in maps {
+        let end = m.window_offset.checked_add(m.len);
+        if m.len == 0 || !page(m.window_offset) || !page(m.len) || !page(m.file_offset) {
+            return Err(bad("a mapping not aligned to pages"));
+        }
+        if end.is_none_or(|e| e > d.window) || m.file_offset.checked_add(m.len).is_none() {
+            return Err(bad("a mapping outside the window"));
+        }
+        if m.window_offset < end_of_last {
+            return Err(bad("overlapping mappings"));
+        }
+        end_of_last = end.unwrap_or(u64::MAX);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -266,7 +313,64 @@ pub(crate) mod tests {
             },
             session: None,
             fs_fd_base: 1,
+            dax: None,
         }
+    }
+
+    /// [`sample`] with a DAX window: one descriptor, two mappings.
+    pub(crate) fn sample_with_dax() -> DaemonState {
+        DaemonState {
+            dax: Some(DaxState {
+                window: 1 << 26,
+                channel_fd: Some(0),
+                mappings: vec![
+                    MappingState {
+                        window_offset: 0,
+                        node: 5,
+                        file_offset: 2 << 20,
+                        len: 2 << 20,
+                        writable: true,
+                    },
+                    MappingState {
+                        window_offset: 4 << 20,
+                        node: 6,
+                        file_offset: 0,
+                        len: 2 << 20,
+                        writable: false,
+                    },
+                ],
+            }),
+            ..sample()
+        }
+    }
+
+    #[test]
+    fn a_window_travels_in_format_8_only_and_is_checked() {
+        let st = sample_with_dax();
+        let blob = st.encode().expect("encode");
+        assert_eq!(DaemonState::decode(&blob).expect("decode"), st);
+        let one_fd = |i: u32| {
+            if i < 1 {
+                Ok(())
+            } else {
+                Err(StateError::FdIndex { index: i, count: 1 })
+            }
+        };
+        check_dax(st.dax.as_ref().unwrap(), &one_fd).expect("a sound window");
+        let e = st.encode_as(7).unwrap_err();
+        assert!(e.to_string().contains("DAX"), "{e}");
+        let bad = |f: &dyn Fn(&mut DaxState)| {
+            let mut d = sample_with_dax().dax.unwrap();
+            f(&mut d);
+            check_dax(&d, &one_fd).unwrap_err().to_string()
+        };
+        assert!(bad(&|d| d.channel_fd = Some(3)).contains("descriptor 3"));
+        assert!(bad(&|d| d.window = 3 << 20).contains("size"));
+        assert!(bad(&|d| d.mappings[1].window_offset = 1 << 20).contains("overlapping"));
+        assert!(bad(&|d| d.mappings[1].window_offset = (1 << 26) - 4096).contains("outside"));
+        assert!(bad(&|d| d.mappings[0].file_offset = u64::MAX - 4095).contains("outside"));
+        assert!(bad(&|d| d.mappings[0].len = 100).contains("aligned"));
+        assert!(bad(&|d| d.mappings[0].len = 0).contains("aligned"));
     }
 
     fn payload(st: &DaemonState) -> Vec<u8> {

@@ -24,7 +24,9 @@ use virtio_fs_ext::frame;
 use virtio_fs_ext::migration::{self, MigrationStream, Received, MIGRATION_VERSION};
 use virtio_fs_ext::settings::Settings;
 use virtio_fs_ext::state::v7::ConfigState;
-use virtio_fs_ext::state::{DaemonState, DeviceState, RegionState, VringState};
+use virtio_fs_ext::state::{
+    DaemonState, DaxState, DeviceState, MappingState, RegionState, VringState,
+};
 use xvfs_fs::state::{
     FileHandle, FsState, HandleState, InodeState, Location, LockState, MigratedHandle,
     MigratedInode, MigrationFs,
@@ -182,6 +184,25 @@ fn state() -> DaemonState {
         },
         session: Some(session()),
         fs_fd_base: 7,
+        dax: None,
+    }
+}
+
+/// [`state`] of a daemon serving a DAX window (format 8's "dax" part).
+fn state_with_dax() -> DaemonState {
+    DaemonState {
+        dax: Some(DaxState {
+            window: 1 << 30,
+            channel_fd: Some(4),
+            mappings: vec![MappingState {
+                window_offset: 6 << 20,
+                node: 6,
+                file_offset: 2 << 20,
+                len: 2 << 20,
+                writable: true,
+            }],
+        }),
+        ..state()
     }
 }
 
@@ -283,6 +304,16 @@ fn state_samples_decode_and_the_current_one_is_what_this_build_writes() {
             "no sample of state format {v}"
         );
     }
+}
+
+/// A window's part has its own sample: written only by a daemon with a
+/// DAX window, it must not change without a step of its version either.
+#[test]
+fn the_dax_part_is_what_this_build_writes() {
+    let name = format!("state-v{}-with-dax-window.bin", frame::FORMAT_VERSION);
+    check_sample(&name, &state_with_dax().encode().unwrap());
+    let sample = std::fs::read(golden(&name)).unwrap();
+    assert_eq!(DaemonState::decode(&sample).unwrap(), state_with_dax());
 }
 
 /// Format 7 (release 0.2.0): its sample decodes into this build's state,

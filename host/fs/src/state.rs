@@ -33,6 +33,21 @@ pub struct InodeState {
     pub fd_index: u32,
 }
 
+/// One range of the DAX window mapped to a file (`--dax-window`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappingState {
+    /// Where in the window.
+    pub window_offset: u64,
+    /// The file's node id.
+    pub node: u64,
+    /// Where in the file.
+    pub file_offset: u64,
+    /// Bytes mapped.
+    pub len: u64,
+    /// Mapped for writing.
+    pub writable: bool,
+}
+
 /// One open file or directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandleState {

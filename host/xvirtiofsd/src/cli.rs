@@ -324,7 +324,8 @@ pub struct Opt {
     /// (FUSE_SETUPMAPPING), for a front-end that takes
     /// VHOST_USER_PROTOCOL_F_SHMEM (QEMU 11's vhost-user-test-device-pci;
     /// docs/dax-design.md). Needs --tag and a writable share; not with
-    /// --crash-restart; a live upgrade of a daemon with a window is refused.
+    /// --crash-restart. A live upgrade hands the window over (the new
+    /// daemon must be given the same SIZE).
     #[arg(long, value_name = "SIZE", value_parser = parse_window)]
     pub dax_window: Option<u64>,
 

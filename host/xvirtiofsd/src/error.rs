@@ -47,7 +47,7 @@ pub enum SetupError {
     #[error("{0}")]
     Io(&'static str, #[source] std::io::Error),
     #[error("{0}")]
-    Unsupported(&'static str),
+    DaxWindow(String),
 }
 
 /// Why [`crate::daemon::Daemon::serve`] failed.

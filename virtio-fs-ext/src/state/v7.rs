@@ -185,6 +185,12 @@ pub fn config(s: &Settings) -> Result<ConfigState, String> {
 pub(super) fn encode(st: &DaemonState) -> Result<Vec<u8>, StateError> {
     let config =
         config(&st.settings).map_err(|why| StateError::Unrepresentable { version: 7, why })?;
+    if st.dax.is_some() {
+        return Err(StateError::Unrepresentable {
+            version: 7,
+            why: "a DAX window (--dax-window) came after release 0.2.0".into(),
+        });
+    }
     let layout = Layout {
         writer_version: st.writer_version.clone(),
         writer_pid: st.writer_pid,
@@ -225,5 +231,6 @@ pub(super) fn decode(payload: &[u8]) -> Result<DaemonState, StateError> {
         fs: l.fs,
         session: l.session,
         fs_fd_base: l.fs_fd_base,
+        dax: None,
     })
 }

@@ -16,6 +16,7 @@ const ENDPOINTS: usize = 4;
 const DEVICE: usize = 5;
 const FS: usize = 6;
 const SESSION: usize = 7;
+const DAX: usize = 8;
 
 /// Every part of format 8, indexed by the constants above.
 pub const PARTS: &[PartKind] = &[
@@ -59,6 +60,13 @@ pub const PARTS: &[PartKind] = &[
         name: "session",
         version: 1,
     },
+    // Only with a DAX window; not optional: a reader that does not know
+    // it could not serve the window's mappings.
+    PartKind {
+        id: 9,
+        name: "dax",
+        version: 1,
+    },
 ];
 
 /// Who wrote the state.
@@ -98,7 +106,7 @@ pub(super) fn encode(st: &DaemonState) -> Result<Vec<u8>, StateError> {
         pid_file_fds: st.pid_file_fds.clone(),
         fs_fd_base: st.fs_fd_base,
     };
-    let list = [
+    let mut list = vec![
         part(PARTS[WRITER], &writer)?,
         part(PARTS[SECURITY], &st.settings.security)?,
         part(PARTS[SERVING], &st.settings.serving)?,
@@ -108,6 +116,9 @@ pub(super) fn encode(st: &DaemonState) -> Result<Vec<u8>, StateError> {
         part(PARTS[FS], &st.fs)?,
         part(PARTS[SESSION], &st.session)?,
     ];
+    if let Some(d) = &st.dax {
+        list.push(part(PARTS[DAX], d)?);
+    }
     Ok(parts::encode(&list)?)
 }
 
@@ -135,6 +146,7 @@ pub(super) fn decode(payload: &[u8]) -> Result<DaemonState, StateError> {
         fs: p.take(FS)?,
         session: p.take(SESSION)?,
         fs_fd_base: endpoints.fs_fd_base,
+        dax: p.take_if_there(DAX)?,
     })
 }
 
@@ -155,10 +167,13 @@ mod tests {
     fn every_part_is_there_in_its_version() {
         let st = super::super::tests::sample();
         let list = parts_of(&st);
-        assert_eq!(list.len(), PARTS.len());
+        assert_eq!(list.len(), PARTS.len() - 1, "all but the window's");
         for (p, k) in list.iter().zip(PARTS) {
             assert_eq!((p.id, p.version, p.optional), (k.id, k.version, false));
         }
+        let with_dax = parts_of(&super::super::tests::sample_with_dax());
+        assert_eq!(with_dax.len(), PARTS.len());
+        assert_eq!(with_dax[DAX].id, PARTS[DAX].id);
         assert_eq!(decode_parts(&list).unwrap(), st);
         let mut newer = parts_of(&st);
         newer[SERVING].version = 2;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use super::table::lock;
 use super::{err, Ctx, PassthroughFs};
 use crate::filesystem::Dax;
+use crate::state::MappingState;
 use crate::sys;
 
 /// Maps file ranges into the DAX window (the daemon's back-end channel to
@@ -153,6 +154,62 @@ impl PassthroughFs {
     /// Whether a DAX window is served.
     pub fn has_dax_window(&self) -> bool {
         self.dax.is_some()
+    }
+
+    /// The window's mappings, for a successor (live upgrade).
+    pub fn mappings(&self) -> Vec<MappingState> {
+        let Some(w) = &self.dax else {
+            return Vec::new();
+        };
+        lock(&w.maps)
+            .iter()
+            .map(|(&at, m)| MappingState {
+                window_offset: at,
+                node: m.node,
+                file_offset: m.file_offset,
+                len: m.len,
+                writable: m.writable,
+            })
+            .collect()
+    }
+
+    /// Takes over a predecessor's mappings (the front-end still has them):
+    /// each must name a regular file this file system knows, and lie
+    /// inside the window apart from the others.
+    pub fn restore_mappings(&self, maps: &[MappingState]) -> io::Result<()> {
+        let w = self.window()?;
+        let mut table = lock(&w.maps);
+        for m in maps {
+            let end = m.window_offset.checked_add(m.len);
+            let overlaps = table
+                .range(..end.unwrap_or(u64::MAX))
+                .any(|(&at, o)| at + o.len > m.window_offset);
+            if end.is_none_or(|e| e > w.size) || overlaps || m.len == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "DAX mapping at {:#x} outside the window or overlapping",
+                        m.window_offset
+                    ),
+                ));
+            }
+            if !self.inode(m.node)?.is_reg() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("DAX mapping of node {}: not a regular file", m.node),
+                ));
+            }
+            table.insert(
+                m.window_offset,
+                Mapping {
+                    node: m.node,
+                    file_offset: m.file_offset,
+                    len: m.len,
+                    writable: m.writable,
+                },
+            );
+        }
+        Ok(())
     }
 
     /// Forgets every mapping without unmapping it: the front-end dropped

@@ -59,6 +59,9 @@ pub struct Own {
     /// `--migration-target` (not part of the state: a successor writes
     /// what its own command line says).
     pub migration_target: virtio_fs_ext::config::MigrationTarget,
+    /// `--dax-window`: must be the predecessor's window (the front-end
+    /// sized the device's region by it).
+    pub dax_window: Option<u64>,
     /// The pid whose cgroups this process joined before the handover
     /// began (outside the guest-visible pause).
     pub joined: Option<u32>,
@@ -228,6 +231,7 @@ impl Daemon {
             caps: caps_mask(opt)?,
             max_open: opt.max_open,
             migration_target: opt.migration_target,
+            dax_window: opt.dax_window,
             joined: None,
             prepared,
         };
@@ -563,7 +567,8 @@ fn restore(
     let migration_target = own.migration_target;
     let p = own.prepared;
     let max_open = max_open(own.max_open, p.limit)?;
-    let fs = restore_fs(inc, st, max_open, p.dir, link, origin)?;
+    let mut fs = restore_fs(inc, st, max_open, p.dir, link, origin)?;
+    let dax = restore_window(inc, st, own.dax_window, &mut fs)?;
     if crashed {
         // The journal's file handles are open: CAP_DAC_READ_SEARCH goes,
         // unless the command line keeps it.
@@ -582,6 +587,7 @@ fn restore(
     let mut dev_cfg = device_config(&st.settings, wake_cost);
     dev_cfg.journal = journal;
     dev_cfg.migration.target = migration_target;
+    dev_cfg.dax = dax;
     let dev = Device::import(dev_cfg, server, &st.device, &mut take, crashed)?;
     info!(
         "restored in {} µs (sandbox entered before): file system {} µs, device {} µs",
@@ -603,6 +609,46 @@ fn restore(
         control,
         metrics: p.metrics,
     })
+}
+
+/// The predecessor's DAX window, if it served one: `own` (this daemon's
+/// `--dax-window`) must be the same size, the back-end channel is taken
+/// over and the mappings the front-end still has are known again.
+fn restore_window(
+    inc: &mut Incoming,
+    st: &DaemonState,
+    own: Option<u64>,
+    fs: &mut PassthroughFs,
+) -> Result<Option<(u64, Arc<BackendChannel>)>, SetupError> {
+    let window = st.dax.as_ref().map(|d| d.window);
+    if window != own {
+        let size = |w: Option<u64>| w.map_or("none".to_string(), |w| w.to_string());
+        return Err(SetupError::DaxWindow(format!(
+            "the running daemon's DAX window is {} bytes, this one's --dax-window {}: the \
+             front-end sized the device by the first",
+            size(window),
+            size(own)
+        )));
+    }
+    let Some(d) = &st.dax else {
+        return Ok(None);
+    };
+    let channel = Arc::new(BackendChannel::default());
+    if let Some(i) = d.channel_fd {
+        let fd = inc
+            .take(i)
+            .map_err(|e| SetupError::Io("DAX back-end channel", e))?;
+        channel.set(UnixStream::from(fd));
+    }
+    fs.attach_mapper(channel.clone(), d.window);
+    fs.restore_mappings(&d.mappings)
+        .map_err(|e| SetupError::Io("DAX mappings", e))?;
+    info!(
+        "DAX: a window of {} bytes taken over with {} mapping(s)",
+        d.window,
+        d.mappings.len()
+    );
+    Ok(Some((d.window, channel)))
 }
 
 /// The file system of a predecessor, on `dir` (opened inside the sandbox):

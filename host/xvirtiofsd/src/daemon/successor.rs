@@ -42,12 +42,6 @@ fn take_over(
     opt: &Opt,
     link: Option<HolderLink>,
 ) -> Result<Daemon, SetupError> {
-    if opt.dax_window.is_some() {
-        return Err(SetupError::Unsupported(
-            "--dax-window: a live upgrade cannot take a DAX window over yet; start the \
-             daemon that serves one fresh",
-        ));
-    }
     let wake_cost = measure_wake_cost(200);
     // One connection for status, one for the handover (the control socket
     // serves one command per connection); each peer is checked before
@@ -65,6 +59,7 @@ fn take_over(
         caps: caps_mask(opt)?,
         max_open: opt.max_open,
         migration_target: opt.migration_target,
+        dax_window: opt.dax_window,
         joined,
         prepared,
     };

@@ -81,13 +81,6 @@ pub fn hand_over(
         .map_err(HandoverError::Io)?;
     let hello = handover::expect(&peer, handover::HELLO, "HELLO")?;
     let successor = handover::text(&hello.payload);
-    if dev.has_dax_window() {
-        let why = "this daemon serves a DAX window (--dax-window): its mappings and back-end \
-                   channel cannot be handed over yet";
-        let _ = handover::send(&peer, handover::ABORT, why.as_bytes(), &[]);
-        warn!("upgrade refused, this daemon keeps serving (no pause): {why} ({successor})");
-        return Err(UpgradeError::Incompatible(why.to_string()));
-    }
     // A successor that says which state formats it reads gets the newest
     // this build writes among them; one that reads none (a rollback too
     // far), or whose newest cannot carry this state, is refused before
@@ -200,6 +193,12 @@ pub fn daemon_state(
         })
         .collect();
     let device = dev.export(&mut fds);
+    // Before the file system's descriptors, which run to the end.
+    let dax = if with_fs {
+        dev.export_dax(&mut fds)
+    } else {
+        None
+    };
     let snap = if with_fs {
         out.server.fs().snapshot()
     } else {
@@ -222,6 +221,7 @@ pub fn daemon_state(
         fs: snap.state,
         session: out.server.session().filter(|_| with_fs),
         fs_fd_base,
+        dax,
     };
     (state, fds)
 }

@@ -34,6 +34,13 @@ impl BackendChannel {
         *self.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
     }
 
+    /// The channel's descriptor, if the front-end sent one (a successor
+    /// takes it over; borrowed for as long as this channel lives).
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        let guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
     /// Sends `req` with `body` (and `fd`) and waits for its reply: Ok when
     /// the front-end answered 0.
     fn request(&self, req: BackendReq, body: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {

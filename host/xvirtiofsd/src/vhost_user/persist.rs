@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
-use virtio_fs_ext::state::{DeviceState, RegionState, VringState};
+use virtio_fs_ext::state::{DaxState, DeviceState, RegionState, VringState};
 
 use crate::virtqueue::mem::Region;
 use crate::virtqueue::worker::MAX_QUEUE_SIZE;
@@ -18,6 +18,21 @@ use super::error::{Result, VhostUserError};
 use super::ring::RingState;
 
 impl Device {
+    /// The DAX window for a successor: its size, the back-end channel (as
+    /// an index into `fds`) and the file system's mappings.
+    pub fn export_dax(&self, fds: &mut Vec<RawFd>) -> Option<DaxState> {
+        let (window, channel) = self.cfg.dax.as_ref()?;
+        let channel_fd = channel.raw_fd().map(|fd| {
+            fds.push(fd);
+            (fds.len() - 1) as u32
+        });
+        Some(DaxState {
+            window: *window,
+            channel_fd,
+            mappings: self.server.fs().mappings(),
+        })
+    }
+
     /// Every negotiated value as plain data; descriptors are appended to `fds`
     /// and referred to by their index there. Call after [`Device::quiesce`].
     pub fn export(&self, fds: &mut Vec<RawFd>) -> DeviceState {
