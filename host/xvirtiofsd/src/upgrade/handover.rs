@@ -85,7 +85,7 @@ pub fn hand_over(
     // this build writes among them; one that reads none (a rollback too
     // far), or whose newest cannot carry this state, is refused before
     // anything stops: the guest sees no pause at all.
-    let version = match format_for(out.settings, &hello.payload) {
+    let version = match format_for(out.settings, dev.has_dax_window(), &hello.payload) {
         Ok(v) => v,
         Err(why) => {
             let _ = handover::send(&peer, handover::ABORT, why.as_bytes(), &[]);
@@ -126,9 +126,10 @@ pub fn hand_over(
 
 /// The state format to write for the successor whose HELLO is `hello`:
 /// the newest this build writes that the successor reads, if it can carry
-/// `settings`. A HELLO that does not say (a build before release 0.2.0)
-/// gets the current format, and the successor checks it.
-fn format_for(settings: &Settings, hello: &[u8]) -> Result<u32, String> {
+/// `settings` (and a DAX window, if `dax`). A HELLO that does not say (a
+/// build before release 0.2.0) gets the current format, and the successor
+/// checks it.
+fn format_for(settings: &Settings, dax: bool, hello: &[u8]) -> Result<u32, String> {
     use virtio_fs_ext::frame::{FORMAT_VERSION, MIN_FORMAT_VERSION};
     let Some(reads) = handover::hello_reads_state(hello) else {
         return Ok(FORMAT_VERSION);
@@ -143,6 +144,13 @@ fn format_for(settings: &Settings, hello: &[u8]) -> Result<u32, String> {
             reads.end()
         ));
     };
+    if dax && version < 8 {
+        return Err(format!(
+            "the new daemon reads state formats {}-{}: a DAX window needs format 8",
+            reads.start(),
+            reads.end()
+        ));
+    }
     DaemonState::representable_as(settings, version).map_err(|e| {
         format!(
             "the new daemon reads state formats {}-{}: {e}",
