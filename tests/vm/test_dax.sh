@@ -17,6 +17,11 @@
 # the back-end channel go to the successor, which then serves the guest's
 # new maps and its removal of the old ones.
 #
+# --crash-restart: the serving process is killed (SIGKILL) while the guest
+# has files mapped; its successor keeps the back-end channel (the holder
+# held it), and the guest's mappings go on working: the old ones read
+# through, are removed when the guest reclaims them, and new ones are made.
+#
 # dax=always: every file goes through the window. Files of whole chunks
 # work as above; the last chunk of any other file cannot be mapped on QEMU
 # 11.1 (it maps only ranges inside the file): the read fails with EIO, the
@@ -142,6 +147,51 @@ echo "     dax=inode: maps $maps, unmaps $unmaps, failed $(metric "$METRICS" fai
 assert_ok "dax=inode: the successor made more maps than the window holds (32)" test "$maps" -gt 32
 assert_ok "dax=inode: the guest reclaimed window ranges, the predecessor's too" test "$unmaps" -gt 0
 assert_eq 0 "$(metric "$METRICS" failed)" "dax=inode: QEMU refused no map or unmap"
+
+# shellcheck disable=SC2016 # expanded in the guest
+CRASH_CMD='cd /mnt/shared
+echo "mmap-m4 $(./daxprobe cat m4.bin | sha256sum | cut -d" " -f1)"
+touch guest-mapped
+while [ ! -e host-killed ]; do sleep 0.1; done
+echo "mmap-m4-after $(./daxprobe cat m4.bin | sha256sum | cut -d" " -f1)"
+echo "read-big $(sha256sum <big.bin | cut -d" " -f1)"'
+
+# kill_when_mapped SHARE CTL CHECKS: kills the serving process once the
+# guest has m4.bin mapped.
+kill_when_mapped() {
+    local i
+    for ((i = 0; i < 3000; i++)); do
+        [ -e "$1/guest-mapped" ] && break
+        sleep 0.1
+    done
+    vmt_kill_serving "$2" with-mappings >"$3"
+    touch "$1/host-killed"
+}
+
+say "--crash-restart"
+SHARE=$VMT_DIR/share-crash
+make_share "$SHARE"
+want_big=$(sha256sum <"$SHARE/big.bin" | cut -d' ' -f1)
+want_m4=$(sha256sum <"$SHARE/m4.bin" | cut -d' ' -f1)
+METRICS=$VMT_DIR/crash-metrics.json
+CTL=$VMT_DIR/crash.ctl
+kill_when_mapped "$SHARE" "$CTL" "$VMT_DIR/crash-host.checks" &
+HOST_PID=$!
+rc=0
+DAEMON_ARGS="--crash-restart --metrics-file $METRICS --control $CTL" XVFS_TIMEOUT=900 \
+    vmt_guest "$SHARE" "$CRASH_CMD" "$VMT_DIR/crash.out" || rc=$?
+kill "$HOST_PID" 2>/dev/null || true
+wait "$HOST_PID" 2>/dev/null || true
+out=$VMT_DIR/crash.out
+assert_eq 0 "$rc" "crash restart: guest command exit status"
+vmt_checks "$VMT_DIR/crash-host.checks" "crash restart: "
+assert_ok "crash restart: a file mapped before the kill" grep -qx "mmap-m4 $want_m4" "$out"
+assert_ok "crash restart: the same mappings read after it" grep -qx "mmap-m4-after $want_m4" "$out"
+assert_ok "crash restart: 128 MiB through the window after it (old ranges removed, new mapped)" \
+    grep -qx "read-big $want_big" "$out"
+assert_ok "crash restart: the successor mapped" test "$(metric "$METRICS" maps)" -gt 0
+assert_ok "crash restart: and removed the guest's ranges" test "$(metric "$METRICS" unmaps)" -gt 0
+assert_eq 0 "$(metric "$METRICS" failed)" "crash restart: QEMU refused no map or unmap"
 
 # shellcheck disable=SC2016 # expanded in the guest
 ALWAYS_CMD='cd /mnt/shared

@@ -323,9 +323,9 @@ pub struct Opt {
     /// suffixes) that file ranges are mapped into on its request
     /// (FUSE_SETUPMAPPING), for a front-end that takes
     /// VHOST_USER_PROTOCOL_F_SHMEM (QEMU 11's vhost-user-test-device-pci;
-    /// docs/dax-design.md). Needs --tag and a writable share; not with
-    /// --crash-restart. A live upgrade hands the window over (the new
-    /// daemon must be given the same SIZE).
+    /// docs/dax-design.md). Needs --tag and a writable share. A live
+    /// upgrade hands the window over (the new daemon must be given the
+    /// same SIZE); a crash restart keeps it.
     #[arg(long, value_name = "SIZE", value_parser = parse_window)]
     pub dax_window: Option<u64>,
 
@@ -635,11 +635,6 @@ impl Opt {
             return Err(CliError::DaxWindow(
                 "needs a writable share: the VMM maps every range with a descriptor \
                  open for writing",
-            ));
-        }
-        if self.crash_restart {
-            return Err(CliError::DaxWindow(
-                "cannot be used with --crash-restart yet: the mappings are not journaled",
             ));
         }
         Ok(())

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::table::lock;
@@ -61,6 +61,10 @@ pub(super) struct Window {
     mapper: Arc<dyn Mapper>,
     size: u64,
     maps: Mutex<BTreeMap<u64, Mapping>>,
+    /// Whether `maps` is all the front-end has mapped. Not after a crash
+    /// restart (the table died with the process): then a range the guest
+    /// names but the table lacks may still be mapped in the front-end.
+    complete: AtomicBool,
     counts: Counters,
 }
 
@@ -133,6 +137,7 @@ impl PassthroughFs {
             mapper,
             size,
             maps: Mutex::new(BTreeMap::new()),
+            complete: AtomicBool::new(true),
             counts: Counters::default(),
         });
     }
@@ -217,6 +222,18 @@ impl PassthroughFs {
     pub fn forget_mappings(&self) {
         if let Some(w) = &self.dax {
             lock(&w.maps).clear();
+            w.complete.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// After a crash restart: the front-end may hold mappings this table
+    /// does not know. The guest's removal of such a range is passed on as
+    /// it asks, and a map first removes whatever the front-end has there
+    /// (the guest maps and removes whole slots, so its ranges match the
+    /// front-end's exactly).
+    pub fn mappings_unknown(&self) {
+        if let Some(w) = &self.dax {
+            w.complete.store(false, Ordering::Relaxed);
         }
     }
 
@@ -264,6 +281,10 @@ impl Dax for PassthroughFs {
             })?;
         let mut maps = lock(&w.maps);
         w.clear_range(&mut maps, window_offset, window_offset + len);
+        if !w.complete.load(Ordering::Relaxed) {
+            // Refused when nothing is mapped there: that is fine.
+            let _ = w.mapper.unmap(window_offset, len);
+        }
         if let Err(e) = w
             .mapper
             .map(fd.as_fd(), file_offset, window_offset, len, writable)
@@ -292,6 +313,11 @@ impl Dax for PassthroughFs {
             match maps.get(&at) {
                 Some(m) if m.len == len => {
                     maps.remove(&at);
+                    if let Err(e) = w.unmap(at, len) {
+                        res = res.and(Err(e));
+                    }
+                }
+                None if !w.complete.load(Ordering::Relaxed) => {
                     if let Err(e) = w.unmap(at, len) {
                         res = res.and(Err(e));
                     }

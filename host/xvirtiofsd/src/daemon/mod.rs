@@ -568,7 +568,7 @@ fn restore(
     let p = own.prepared;
     let max_open = max_open(own.max_open, p.limit)?;
     let mut fs = restore_fs(inc, st, max_open, p.dir, link, origin)?;
-    let dax = restore_window(inc, st, own.dax_window, &mut fs)?;
+    let dax = restore_window(inc, st, own.dax_window, &mut fs, crashed)?;
     if crashed {
         // The journal's file handles are open: CAP_DAC_READ_SEARCH goes,
         // unless the command line keeps it.
@@ -613,12 +613,15 @@ fn restore(
 
 /// The predecessor's DAX window, if it served one: `own` (this daemon's
 /// `--dax-window`) must be the same size, the back-end channel is taken
-/// over and the mappings the front-end still has are known again.
+/// over and the mappings the front-end still has are known again. After a
+/// crash they are not (the table died with the process): the file system
+/// is told so, and a reply the dead process did not read is drained.
 fn restore_window(
     inc: &mut Incoming,
     st: &DaemonState,
     own: Option<u64>,
     fs: &mut PassthroughFs,
+    crashed: bool,
 ) -> Result<Option<(u64, Arc<BackendChannel>)>, SetupError> {
     let window = st.dax.as_ref().map(|d| d.window);
     if window != own {
@@ -643,6 +646,15 @@ fn restore_window(
     fs.attach_mapper(channel.clone(), d.window);
     fs.restore_mappings(&d.mappings)
         .map_err(|e| SetupError::Io("DAX mappings", e))?;
+    if crashed {
+        fs.mappings_unknown();
+        let stale = channel
+            .drain()
+            .map_err(|e| SetupError::Io("DAX back-end channel", e))?;
+        if stale > 0 {
+            info!("DAX: {stale} byte(s) of a reply the crashed process did not read, dropped");
+        }
+    }
     info!(
         "DAX: a window of {} bytes taken over with {} mapping(s)",
         d.window,

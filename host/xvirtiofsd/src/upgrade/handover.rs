@@ -201,12 +201,15 @@ pub fn daemon_state(
         })
         .collect();
     let device = dev.export(&mut fds);
-    // Before the file system's descriptors, which run to the end.
-    let dax = if with_fs {
-        dev.export_dax(&mut fds)
-    } else {
-        None
-    };
+    // Before the file system's descriptors, which run to the end. A
+    // checkpoint keeps the back-end channel but not the mappings: they
+    // change with every request, and the front-end keeps them anyway.
+    let dax = dev.export_dax(&mut fds).map(|mut d| {
+        if !with_fs {
+            d.mappings.clear();
+        }
+        d
+    });
     let snap = if with_fs {
         out.server.fs().snapshot()
     } else {

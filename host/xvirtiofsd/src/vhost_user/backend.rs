@@ -41,6 +41,27 @@ impl BackendChannel {
         guard.as_ref().map(AsRawFd::as_raw_fd)
     }
 
+    /// Reads and drops what is waiting on the channel (a reply to a
+    /// request whose sender died), giving the front-end a moment to answer
+    /// one still in progress. Returns the bytes dropped.
+    pub fn drain(&self) -> io::Result<usize> {
+        let guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut s) = guard.as_ref() else {
+            return Ok(0);
+        };
+        let mut dropped = 0;
+        let mut buf = [0u8; 256];
+        while sys::poll_readable(&[s.as_fd()], 100)?[0] {
+            match s.read(&mut buf) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => dropped += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(dropped)
+    }
+
     /// Sends `req` with `body` (and `fd`) and waits for its reply: Ok when
     /// the front-end answered 0.
     fn request(&self, req: BackendReq, body: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
