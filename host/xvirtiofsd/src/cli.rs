@@ -844,14 +844,21 @@ struct Capabilities {
     features: &'static [&'static str],
 }
 
-/// The JSON libvirt reads from `--print-capabilities`.
-pub fn capabilities_json() -> String {
+/// The JSON libvirt reads from `--print-capabilities` (of a daemon with a
+/// DAX window if `dax`).
+pub fn capabilities_json(dax: bool) -> String {
     let caps = Capabilities {
         kind: "fs",
         // "migrate-precopy": the device state travels in QEMU's migration
         // stream (VHOST_USER_PROTOCOL_F_DEVICE_STATE), so libvirt may
-        // migrate the domain.
-        features: &["migrate-precopy", "separate-options"],
+        // migrate the domain. Not with a DAX window: QEMU 11 refuses to
+        // migrate a device with shared-memory regions, and the mappings
+        // could not travel.
+        features: if dax {
+            &["separate-options"]
+        } else {
+            &["migrate-precopy", "separate-options"]
+        },
     };
     // Serializing two static strings cannot fail; an empty object would
     // only make libvirt see no features.

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
         return ExitCode::from(EXIT_USAGE);
     }
     if opt.print_capabilities {
-        println!("{}", cli::capabilities_json());
+        println!("{}", cli::capabilities_json(opt.dax_window.is_some()));
         return ExitCode::SUCCESS;
     }
     if opt.syslog {

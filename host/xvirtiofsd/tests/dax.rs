@@ -122,6 +122,10 @@ fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
         .expect("protocol features");
     let want = P::SHMEM | P::BACKEND_REQ | P::BACKEND_SEND_FD | P::CONFIG | P::REPLY_ACK;
     assert!(offered.contains(want), "offered {offered:?}");
+    assert!(
+        !offered.contains(P::DEVICE_STATE),
+        "no migration with a window: {offered:?}"
+    );
     vmm.shutdown().expect("clean disconnect");
 
     let mut vmm = start(&dir);

@@ -187,9 +187,13 @@ fn xattrmap_is_parsed_at_start_up() {
 fn print_capabilities_needs_nothing_else() {
     let o = parse(&["--print-capabilities"]).unwrap();
     assert!(o.print_capabilities);
-    let caps: serde_json::Value = serde_json::from_str(&capabilities_json()).unwrap();
+    let caps: serde_json::Value = serde_json::from_str(&capabilities_json(false)).unwrap();
     assert_eq!(caps["type"], "fs");
     let features = caps["features"].as_array().unwrap();
     // libvirt allows `virsh migrate` only with "migrate-precopy".
     assert!(features.iter().any(|f| f == "migrate-precopy"), "{caps}");
+    // With a DAX window there is no migration to offer.
+    let caps: serde_json::Value = serde_json::from_str(&capabilities_json(true)).unwrap();
+    let features = caps["features"].as_array().unwrap();
+    assert!(!features.iter().any(|f| f == "migrate-precopy"), "{caps}");
 }

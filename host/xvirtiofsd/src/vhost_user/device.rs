@@ -195,7 +195,11 @@ impl Device {
             base
         };
         if cfg.dax.is_some() {
-            base | VhostUserProtocolFeatures::BACKEND_REQ
+            // No DEVICE_STATE: QEMU 11 does not migrate a device with
+            // shared-memory regions, and the window's mappings could not
+            // be recreated on another host's front-end.
+            (base - VhostUserProtocolFeatures::DEVICE_STATE)
+                | VhostUserProtocolFeatures::BACKEND_REQ
                 | VhostUserProtocolFeatures::BACKEND_SEND_FD
                 | VhostUserProtocolFeatures::SHMEM
         } else {

@@ -60,6 +60,12 @@ impl Device {
             return Err(VhostUserError::InvalidPayload(req));
         };
         let bad = |m: &str| VhostUserError::Transfer(m.to_string());
+        if self.cfg.dax.is_some() {
+            return Err(bad(
+                "a DAX window's mappings cannot migrate (QEMU 11 does not migrate a \
+                 device with shared memory; DEVICE_STATE is not offered with a window)",
+            ));
+        }
         if p.phase != 0 {
             return Err(bad("only the stopped phase is supported"));
         }
