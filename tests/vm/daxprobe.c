@@ -14,6 +14,9 @@
  *                                   window), truncates the file to SIZE, then
  *                                   touches byte OFF again: "sigbus" (past the
  *                                   new end) or "read B"
+ *   daxprobe hold FILE READY GO     maps the file and reads every page of it,
+ *                                   creates READY, waits for GO to exist, then
+ *                                   reads every page again: "held"
  * Exit status 1 and a line naming the call on any other failure.
  */
 #define _GNU_SOURCE
@@ -116,6 +119,19 @@ static int shrink(const char *path, off_t size, size_t off) {
     return 0;
 }
 
+static int hold(const char *path, const char *ready, const char *go) {
+    size_t len;
+    unsigned char *p = map_file(path, O_RDONLY, &len);
+    if (!p) return fail("mmap");
+    volatile unsigned sum = 0;
+    for (size_t off = 0; off < len; off += 4096) sum += p[off];
+    close(open(ready, O_WRONLY | O_CREAT, 0644));
+    while (access(go, F_OK) != 0) usleep(100000);
+    for (size_t off = 0; off < len; off += 4096) sum += p[off];
+    printf("held\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "attr") == 0) return attr(argv[2]);
     if (argc == 3 && strcmp(argv[1], "cat") == 0) return cat(argv[2]);
@@ -126,6 +142,7 @@ int main(int argc, char **argv) {
         return peek(argv[2], strtoul(argv[3], 0, 0), strtoul(argv[4], 0, 0));
     if (argc == 5 && strcmp(argv[1], "shrink") == 0)
         return shrink(argv[2], strtoll(argv[3], 0, 0), strtoul(argv[4], 0, 0));
+    if (argc == 5 && strcmp(argv[1], "hold") == 0) return hold(argv[2], argv[3], argv[4]);
     fprintf(stderr, "usage: see the head of daxprobe.c\n");
     return 2;
 }

@@ -22,6 +22,14 @@
 # held it), and the guest's mappings go on working: the old ones read
 # through, are removed when the guest reclaims them, and new ones are made.
 #
+# A host process that deletes a file the guest has mapped changes nothing
+# for the guest (the mapping holds the file). One that truncates it takes
+# the VM down as soon as the guest touches the lost range: QEMU's mapping of
+# the file then faults (SIGBUS), and no design on unmodified QEMU 11.1 and
+# Linux can stop a host process from truncating, or make the guest drop
+# its mapping first (docs/dax.md, "Limits"). The test shows both, and that
+# the daemon and the host's file come out of it intact.
+#
 # dax=always: every file goes through the window. Files of whole chunks
 # work as above; the last chunk of any other file cannot be mapped on QEMU
 # 11.1 (it maps only ranges inside the file): the read fails with EIO, the
@@ -35,7 +43,41 @@ export XVFS_QEMU=${XVFS_QEMU:-11.1}
 vmt_init dax
 if [ "$XVFS_QEMU" != 11.1 ]; then
     fail "DAX needs QEMU 11.1 (XVFS_QEMU=$XVFS_QEMU)"
-    vmt_summary
+    # shellcheck disable=SC2016 # expanded in the guest
+HOST_CMD='cd /mnt/shared
+echo "m8 $(./daxprobe cat m8.bin | sha256sum | cut -d" " -f1)"
+echo "m4 $(./daxprobe cat m4.bin | sha256sum | cut -d" " -f1)"
+touch guest-mapped
+while [ ! -e host-deleted ]; do sleep 0.1; done
+echo "m8-deleted $(./daxprobe cat m8.bin 2>&1 | sha256sum | cut -d" " -f1)"
+./daxprobe hold m4.bin guest-read-deleted host-truncated
+echo "survived"'
+
+say "host delete and truncate under the guest's mappings"
+SHARE=$VMT_DIR/share-host
+make_share "$SHARE"
+want_m8=$(sha256sum <"$SHARE/m8.bin" | cut -d' ' -f1)
+(
+    for ((i = 0; i < 3000; i++)); do [ -e "$SHARE/guest-mapped" ] && break; sleep 0.1; done
+    rm "$SHARE/m8.bin"
+    touch "$SHARE/host-deleted"
+    for ((i = 0; i < 3000; i++)); do [ -e "$SHARE/guest-read-deleted" ] && break; sleep 0.1; done
+    truncate -s 0 "$SHARE/m4.bin"
+    touch "$SHARE/host-truncated"
+) &
+HOST_PID=$!
+rc=0
+XVFS_TIMEOUT=600 vmt_guest "$SHARE" "$HOST_CMD" "$VMT_DIR/host.out" || rc=$?
+kill "$HOST_PID" 2>/dev/null || true
+wait "$HOST_PID" 2>/dev/null || true
+out=$VMT_DIR/host.out
+assert_ok "host delete: the guest still reads the deleted file through its mappings" \
+    grep -qx "m8-deleted $want_m8" "$out"
+assert_ok "host truncate: the VM did not survive it (the documented limit)" bash -c "! grep -qx survived '$out'"
+assert_ok "host truncate: run-vm reports the VM's end as a failure" test "$rc" -ne 0
+assert_eq 0 "$(stat -c %s "$SHARE/m4.bin")" "host truncate: the host's file is as the host left it"
+assert_ok "host truncate: the daemon logged no panic" bash -c "! grep -qi panick '$VMT_DIR/run/daemon.log'"
+vmt_summary
 fi
 "$XVFS_ROOT/vmm-config/runtimes.sh" qemu 11.1 >"$VMT_DIR/runtime.log" 2>&1 ||
     die "installing QEMU 11.1 failed (log: $VMT_DIR/runtime.log)"
@@ -221,4 +263,38 @@ assert_ok "dax=always: read back through a new mapping" grep -qx 'peek peek 33' 
 assert_eq "$(printf '!%.0s' $(seq 4096))" "$(head -c 4096 "$SHARE/m4.bin")" "dax=always: the stores are on the host"
 assert_eq 0 "$(metric "$METRICS" failed)" "dax=always: QEMU refused no map (the short file never reached it)"
 assert_ok "dax=always: the daemon refused the short file's map itself" test "$(metric "$METRICS" refused)" -gt 0
+# shellcheck disable=SC2016 # expanded in the guest
+HOST_CMD='cd /mnt/shared
+echo "m8 $(./daxprobe cat m8.bin | sha256sum | cut -d" " -f1)"
+echo "m4 $(./daxprobe cat m4.bin | sha256sum | cut -d" " -f1)"
+touch guest-mapped
+while [ ! -e host-deleted ]; do sleep 0.1; done
+echo "m8-deleted $(./daxprobe cat m8.bin 2>&1 | sha256sum | cut -d" " -f1)"
+./daxprobe hold m4.bin guest-read-deleted host-truncated
+echo "survived"'
+
+say "host delete and truncate under the guest's mappings"
+SHARE=$VMT_DIR/share-host
+make_share "$SHARE"
+want_m8=$(sha256sum <"$SHARE/m8.bin" | cut -d' ' -f1)
+(
+    for ((i = 0; i < 3000; i++)); do [ -e "$SHARE/guest-mapped" ] && break; sleep 0.1; done
+    rm "$SHARE/m8.bin"
+    touch "$SHARE/host-deleted"
+    for ((i = 0; i < 3000; i++)); do [ -e "$SHARE/guest-read-deleted" ] && break; sleep 0.1; done
+    truncate -s 0 "$SHARE/m4.bin"
+    touch "$SHARE/host-truncated"
+) &
+HOST_PID=$!
+rc=0
+XVFS_TIMEOUT=600 vmt_guest "$SHARE" "$HOST_CMD" "$VMT_DIR/host.out" || rc=$?
+kill "$HOST_PID" 2>/dev/null || true
+wait "$HOST_PID" 2>/dev/null || true
+out=$VMT_DIR/host.out
+assert_ok "host delete: the guest still reads the deleted file through its mappings" \
+    grep -qx "m8-deleted $want_m8" "$out"
+assert_ok "host truncate: the VM did not survive it (the documented limit)" bash -c "! grep -qx survived '$out'"
+assert_ok "host truncate: run-vm reports the VM's end as a failure" test "$rc" -ne 0
+assert_eq 0 "$(stat -c %s "$SHARE/m4.bin")" "host truncate: the host's file is as the host left it"
+assert_ok "host truncate: the daemon logged no panic" bash -c "! grep -qi panick '$VMT_DIR/run/daemon.log'"
 vmt_summary
