@@ -16,16 +16,6 @@
 
 XVFS_QEMU_TEMPLATE=$XVFS_ROOT/vmm-config/qemu-x86_64.args
 
-# The start of every guest's kernel command line. tsc=reliable: under TCG a
-# loaded host makes the clocksource watchdog mark the TSC unstable a few
-# seconds into boot, and the kernel then patches the sched_clock static
-# branch while other vCPUs run it; multi-threaded TCG can run a torn patch
-# site, and the guest panics ("Fatal exception in interrupt" at
-# sched_clock_cpu+0x9, seen with QEMU 7.2 and Linux 6.12 under load). With
-# KVM the guest's clock is kvm-clock and this changes nothing.
-# shellcheck disable=SC2034 # used by the scripts that source this file
-XVFS_GUEST_CMDLINE="console=ttyS0 quiet panic=1 tsc=reliable"
-
 # The QEMU of XVFS_QEMU=7.2|10.0|11.1 (vmm-config/runtimes.sh installs them).
 # Unset or 10.0: qemu-system-x86_64 from PATH, the host's (as before).
 xvfs_qemu_bin() {

@@ -65,7 +65,7 @@ start_vm() {
         [SOCK]=$(xvfs_qemu_escape "$VMT_DIR/$name.sock")
         [KERNEL]=$(xvfs_qemu_escape "$GUEST_DIR/vmlinux")
         [INITRD]=$(xvfs_qemu_escape "$GUEST_DIR/initramfs.cpio")
-        [APPEND]="$XVFS_GUEST_CMDLINE xvfs.tag=shared xvfs.wait=30 xvfs.cmd=$(printf '%s' "$GUEST_SCRIPT" | base64 -w0)"
+        [APPEND]="console=ttyS0 quiet panic=1 xvfs.tag=shared xvfs.wait=30 xvfs.cmd=$(printf '%s' "$GUEST_SCRIPT" | base64 -w0)"
         [CONSOLE]="file,id=con,path=$(xvfs_qemu_escape "$VMT_DIR/$name.console"),append=on"
     )
     xvfs_pick_accel 2>/dev/null
