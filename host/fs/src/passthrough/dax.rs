@@ -68,9 +68,12 @@ pub(super) struct Window {
     counts: Counters,
 }
 
-/// What the window has done since the daemon started.
+/// What the window has done since the daemon started, and holds now.
+/// Read without the table's lock, which a map holds while the front-end
+/// answers (the metrics file and a checkpoint must not wait on QEMU).
 #[derive(Debug, Default)]
 struct Counters {
+    mapped: AtomicU64,
     maps: AtomicU64,
     unmaps: AtomicU64,
     refused: AtomicU64,
@@ -117,6 +120,13 @@ impl Window {
         }
     }
 
+    /// Notes the table's size after a change.
+    fn recount(&self, maps: &BTreeMap<u64, Mapping>) {
+        self.counts
+            .mapped
+            .store(maps.len() as u64, Ordering::Relaxed);
+    }
+
     fn unmap(&self, at: u64, len: u64) -> io::Result<()> {
         let r = self.mapper.unmap(at, len);
         let c = if r.is_ok() {
@@ -148,7 +158,7 @@ impl PassthroughFs {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Some(DaxCounts {
             window: w.size,
-            mapped: lock(&w.maps).len() as u64,
+            mapped: get(&w.counts.mapped),
             maps: get(&w.counts.maps),
             unmaps: get(&w.counts.unmaps),
             refused: get(&w.counts.refused),
@@ -214,6 +224,7 @@ impl PassthroughFs {
                 },
             );
         }
+        w.recount(&table);
         Ok(())
     }
 
@@ -221,7 +232,9 @@ impl PassthroughFs {
     /// them itself (a device reset).
     pub fn forget_mappings(&self) {
         if let Some(w) = &self.dax {
-            lock(&w.maps).clear();
+            let mut maps = lock(&w.maps);
+            maps.clear();
+            w.recount(&maps);
             w.complete.store(true, Ordering::Relaxed);
         }
     }
@@ -242,6 +255,7 @@ impl PassthroughFs {
         if let Some(w) = &self.dax {
             let mut maps = lock(&w.maps);
             w.clear_range(&mut maps, 0, u64::MAX);
+            w.recount(&maps);
         }
     }
 
@@ -285,24 +299,28 @@ impl Dax for PassthroughFs {
             // Refused when nothing is mapped there: that is fine.
             let _ = w.mapper.unmap(window_offset, len);
         }
-        if let Err(e) = w
+        let r = w
             .mapper
-            .map(fd.as_fd(), file_offset, window_offset, len, writable)
-        {
-            w.counts.failed.fetch_add(1, Ordering::Relaxed);
-            return Err(e);
+            .map(fd.as_fd(), file_offset, window_offset, len, writable);
+        match &r {
+            Ok(()) => {
+                w.counts.maps.fetch_add(1, Ordering::Relaxed);
+                maps.insert(
+                    window_offset,
+                    Mapping {
+                        node,
+                        file_offset,
+                        len,
+                        writable,
+                    },
+                );
+            }
+            Err(_) => {
+                w.counts.failed.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        w.counts.maps.fetch_add(1, Ordering::Relaxed);
-        maps.insert(
-            window_offset,
-            Mapping {
-                node,
-                file_offset,
-                len,
-                writable,
-            },
-        );
-        Ok(())
+        w.recount(&maps);
+        r
     }
 
     fn removemapping(&self, _: Ctx, ranges: &[(u64, u64)]) -> io::Result<()> {
@@ -325,6 +343,7 @@ impl Dax for PassthroughFs {
                 _ => res = res.and(Err(err(libc::EINVAL))),
             }
         }
+        w.recount(&maps);
         res
     }
 }

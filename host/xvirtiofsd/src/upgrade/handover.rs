@@ -204,12 +204,7 @@ pub fn daemon_state(
     // Before the file system's descriptors, which run to the end. A
     // checkpoint keeps the back-end channel but not the mappings: they
     // change with every request, and the front-end keeps them anyway.
-    let dax = dev.export_dax(&mut fds).map(|mut d| {
-        if !with_fs {
-            d.mappings.clear();
-        }
-        d
-    });
+    let dax = dev.export_dax(&mut fds, with_fs);
     let snap = if with_fs {
         out.server.fs().snapshot()
     } else {

@@ -9,6 +9,7 @@
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -23,22 +24,35 @@ use crate::sys;
 const REPLY_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The channel, empty until the front-end sends its end.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BackendChannel {
     stream: Mutex<Option<UnixStream>>,
+    /// The stream's descriptor (-1: none yet), readable while a request
+    /// holds the stream's lock waiting for the front-end.
+    fd: AtomicI32,
+}
+
+impl Default for BackendChannel {
+    fn default() -> Self {
+        BackendChannel {
+            stream: Mutex::new(None),
+            fd: AtomicI32::new(-1),
+        }
+    }
 }
 
 impl BackendChannel {
     /// Installs the channel the front-end sent (SET_BACKEND_REQ_FD).
     pub fn set(&self, stream: UnixStream) {
-        *self.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+        let mut guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        self.fd.store(stream.as_raw_fd(), Ordering::Release);
+        *guard = Some(stream);
     }
 
     /// The channel's descriptor, if the front-end sent one (a successor
     /// takes it over; borrowed for as long as this channel lives).
     pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        let guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
-        guard.as_ref().map(AsRawFd::as_raw_fd)
+        Some(self.fd.load(Ordering::Acquire)).filter(|&fd| fd >= 0)
     }
 
     /// Reads and drops what is waiting on the channel (a reply to a

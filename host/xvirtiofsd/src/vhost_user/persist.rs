@@ -20,7 +20,10 @@ use super::ring::RingState;
 impl Device {
     /// The DAX window for a successor: its size, the back-end channel (as
     /// an index into `fds`) and the file system's mappings.
-    pub fn export_dax(&self, fds: &mut Vec<RawFd>) -> Option<DaxState> {
+    /// Without `with_mappings` (a crash-restart checkpoint, taken while
+    /// workers may be waiting on the front-end with the table locked) the
+    /// mappings are left out; nothing here waits for a map in progress.
+    pub fn export_dax(&self, fds: &mut Vec<RawFd>, with_mappings: bool) -> Option<DaxState> {
         let (window, channel) = self.cfg.dax.as_ref()?;
         let channel_fd = channel.raw_fd().map(|fd| {
             fds.push(fd);
@@ -29,7 +32,11 @@ impl Device {
         Some(DaxState {
             window: *window,
             channel_fd,
-            mappings: self.server.fs().mappings(),
+            mappings: if with_mappings {
+                self.server.fs().mappings()
+            } else {
+                Vec::new()
+            },
         })
     }
 
