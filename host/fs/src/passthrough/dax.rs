@@ -74,6 +74,7 @@ pub(super) struct Window {
 #[derive(Debug, Default)]
 struct Counters {
     mapped: AtomicU64,
+    peak: AtomicU64,
     maps: AtomicU64,
     unmaps: AtomicU64,
     refused: AtomicU64,
@@ -87,6 +88,9 @@ pub struct DaxCounts {
     pub window: u64,
     /// Ranges mapped now.
     pub mapped: u64,
+    /// The most ranges mapped at once (each is a guest-memory region of
+    /// every vhost-user back-end: QEMU allows 512).
+    pub peak: u64,
     /// Mappings made (SHMEM_MAP answered 0).
     pub maps: u64,
     /// Mappings removed (SHMEM_UNMAP sent: REMOVEMAPPING, replaced, session end).
@@ -122,9 +126,9 @@ impl Window {
 
     /// Notes the table's size after a change.
     fn recount(&self, maps: &BTreeMap<u64, Mapping>) {
-        self.counts
-            .mapped
-            .store(maps.len() as u64, Ordering::Relaxed);
+        let n = maps.len() as u64;
+        self.counts.mapped.store(n, Ordering::Relaxed);
+        self.counts.peak.fetch_max(n, Ordering::Relaxed);
     }
 
     fn unmap(&self, at: u64, len: u64) -> io::Result<()> {
@@ -159,6 +163,7 @@ impl PassthroughFs {
         Some(DaxCounts {
             window: w.size,
             mapped: get(&w.counts.mapped),
+            peak: get(&w.counts.peak),
             maps: get(&w.counts.maps),
             unmaps: get(&w.counts.unmaps),
             refused: get(&w.counts.refused),
