@@ -35,8 +35,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=vmm-config/functions.sh
-. "$HERE/../vmm-config/functions.sh"
+# shellcheck source=vmm-config/qemu-profile.sh
+. "$HERE/../vmm-config/qemu-profile.sh"
 
 export XVFS_QEMU=11.1
 REPS=${BENCH_REPS:-2}
