@@ -51,24 +51,6 @@ WORK=$XVFS_ROOT/build/bench-dax
 OUT=$HERE/results/dax-$(date +%Y%m%d-%H%M%S)-$(git -C "$XVFS_ROOT" describe --always --dirty 2>/dev/null || echo norev)
 JOBS="mmap-randread-4k mmap-randread-64k mmap-randwrite-4k mmap-randwrite-64k psync-randread-4k psync-randread-64k psync-randwrite-4k psync-randwrite-64k"
 
-# CPU seconds of PID's threads (and its children's), or "-" when it is gone.
-cpu_seconds() {
-    local todo=("$1") p ns=0 found=0 task run
-    while [ "${#todo[@]}" -gt 0 ]; do
-        p=${todo[0]}
-        todo=("${todo[@]:1}")
-        [ -d "/proc/$p/task" ] || continue
-        found=1
-        for task in /proc/"$p"/task/*/schedstat; do
-            read -r run _ <"$task" 2>/dev/null || continue
-            ns=$((ns + run))
-        done
-        # shellcheck disable=SC2207
-        todo+=($(cat /proc/"$p"/task/*/children 2>/dev/null))
-    done
-    if [ "$found" -eq 0 ]; then echo -; else awk -v ns="$ns" 'BEGIN {printf "%.6f\n", ns / 1e9}'; fi
-}
-
 # The environment of run-vm for configuration CFG.
 vm_env() {
     case "$1" in

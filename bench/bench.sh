@@ -73,34 +73,6 @@ parse_args() {
     fi
 }
 
-# CPU seconds used by the process PID and its descendants (all their
-# threads; virtiofsd serves from a child in its sandbox), or "-" when PID is
-# gone. Each thread's run time in nanoseconds (/proc/P/task/T/schedstat):
-# utime + stime in /proc/P/stat count 10 ms ticks, and a 1 MiB Filebench
-# run costs a daemon 20-30 ms. Both daemons keep their threads for the
-# whole run, so no thread's time is lost between the two readings.
-cpu_seconds() {
-    local pid=$1 todo p ns=0 found=0 task run
-    todo=("$pid")
-    while [ "${#todo[@]}" -gt 0 ]; do
-        p=${todo[0]}
-        todo=("${todo[@]:1}")
-        [ -d "/proc/$p/task" ] || continue
-        found=1
-        for task in /proc/"$p"/task/*/schedstat; do
-            read -r run _ <"$task" 2>/dev/null || continue
-            ns=$((ns + run))
-        done
-        # shellcheck disable=SC2207
-        todo+=($(cat /proc/"$p"/task/*/children 2>/dev/null))
-    done
-    if [ "$found" -eq 0 ]; then
-        echo -
-    else
-        awk -v ns="$ns" 'BEGIN {printf "%.6f\n", ns / 1e9}'
-    fi
-}
-
 # Answers the guest's requests (bench/guest-drop.sh): "start NAME" drops the
 # host's caches, "end NAME" drops nothing; both record the daemon's CPU time
 # (pid in PIDFILE, once run-vm wrote it) as "start|end NAME SECONDS" in

@@ -9,6 +9,7 @@
 #   apt_update TRIES [PREFIX...]
 #                apt-get update (run as PREFIX apt-get ..., e.g. sudo), tried
 #                TRIES times; status 1 when every try failed
+#   cpu_seconds PID   CPU seconds of PID's threads and its descendants' (benchmarks)
 
 say() {
     printf 'xvfs: %s\n' "$*" >&2
@@ -63,4 +64,32 @@ test_counts() {
         f=1
     fi
     echo "$p $f"
+}
+
+# cpu_seconds PID: CPU seconds used by the process PID and its descendants (all their
+# threads; virtiofsd serves from a child in its sandbox), or "-" when PID is
+# gone. Each thread's run time in nanoseconds (/proc/P/task/T/schedstat):
+# utime + stime in /proc/P/stat count 10 ms ticks, and a 1 MiB Filebench
+# run costs a daemon 20-30 ms. Both daemons keep their threads for the
+# whole run, so no thread's time is lost between the two readings.
+cpu_seconds() {
+    local pid=$1 todo p ns=0 found=0 task run
+    todo=("$pid")
+    while [ "${#todo[@]}" -gt 0 ]; do
+        p=${todo[0]}
+        todo=("${todo[@]:1}")
+        [ -d "/proc/$p/task" ] || continue
+        found=1
+        for task in /proc/"$p"/task/*/schedstat; do
+            read -r run _ <"$task" 2>/dev/null || continue
+            ns=$((ns + run))
+        done
+        # shellcheck disable=SC2207
+        todo+=($(cat /proc/"$p"/task/*/children 2>/dev/null))
+    done
+    if [ "$found" -eq 0 ]; then
+        echo -
+    else
+        awk -v ns="$ns" 'BEGIN {printf "%.6f\n", ns / 1e9}'
+    fi
 }
