@@ -47,20 +47,12 @@ pub trait Mapper: Send + Sync {
 /// The alignment of mappings in the file and the window: a page.
 pub const MAP_ALIGNMENT_LOG2: u16 = 12;
 
-/// One mapping in the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Mapping {
-    node: u64,
-    file_offset: u64,
-    len: u64,
-    writable: bool,
-}
-
-/// The window: its size, the mapper and what is mapped (by window offset).
+/// The window: its size, the mapper and what is mapped (each mapping by
+/// its window offset).
 pub(super) struct Window {
     mapper: Arc<dyn Mapper>,
     size: u64,
-    maps: Mutex<BTreeMap<u64, Mapping>>,
+    maps: Mutex<BTreeMap<u64, MappingState>>,
     /// Whether `maps` is all the front-end has mapped. Not after a crash
     /// restart (the table died with the process): then a range the guest
     /// names but the table lacks may still be mapped in the front-end.
@@ -110,7 +102,7 @@ impl std::fmt::Debug for Window {
 
 impl Window {
     /// Unmaps every mapping that overlaps `start..end`.
-    fn clear_range(&self, maps: &mut BTreeMap<u64, Mapping>, start: u64, end: u64) {
+    fn clear_range(&self, maps: &mut BTreeMap<u64, MappingState>, start: u64, end: u64) {
         let hit: Vec<(u64, u64)> = maps
             .range(..end)
             .filter(|(&at, m)| at + m.len > start)
@@ -125,7 +117,7 @@ impl Window {
     }
 
     /// Notes the table's size after a change.
-    fn recount(&self, maps: &BTreeMap<u64, Mapping>) {
+    fn recount(&self, maps: &BTreeMap<u64, MappingState>) {
         let n = maps.len() as u64;
         self.counts.mapped.store(n, Ordering::Relaxed);
         self.counts.peak.fetch_max(n, Ordering::Relaxed);
@@ -181,16 +173,7 @@ impl PassthroughFs {
         let Some(w) = &self.dax else {
             return Vec::new();
         };
-        lock(&w.maps)
-            .iter()
-            .map(|(&at, m)| MappingState {
-                window_offset: at,
-                node: m.node,
-                file_offset: m.file_offset,
-                len: m.len,
-                writable: m.writable,
-            })
-            .collect()
+        lock(&w.maps).values().copied().collect()
     }
 
     /// Takes over a predecessor's mappings (the front-end still has them):
@@ -219,15 +202,7 @@ impl PassthroughFs {
                     format!("DAX mapping of node {}: not a regular file", m.node),
                 ));
             }
-            table.insert(
-                m.window_offset,
-                Mapping {
-                    node: m.node,
-                    file_offset: m.file_offset,
-                    len: m.len,
-                    writable: m.writable,
-                },
-            );
+            table.insert(m.window_offset, *m);
         }
         w.recount(&table);
         Ok(())
@@ -312,7 +287,8 @@ impl Dax for PassthroughFs {
                 w.counts.maps.fetch_add(1, Ordering::Relaxed);
                 maps.insert(
                     window_offset,
-                    Mapping {
+                    MappingState {
+                        window_offset,
                         node,
                         file_offset,
                         len,
