@@ -716,7 +716,7 @@ impl Device {
         info!(
             "guest memory: {} region(s), {} MiB",
             self.mem_table.regions().len(),
-            self.mem_table.regions().iter().map(|r| r.size).sum::<u64>() >> 20
+            self.mem_table.regions().map(|r| r.size).sum::<u64>() >> 20
         );
         Ok(())
     }

@@ -50,7 +50,6 @@ impl Device {
         let regions = self
             .mem_table
             .regions()
-            .iter()
             .map(|r| RegionState {
                 gpa: r.gpa,
                 size: r.size,
