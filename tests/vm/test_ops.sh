@@ -10,8 +10,14 @@
 # XVFS_BIG_MIB (default 256) MiB keeps its sha256 both ways (written in the
 # guest and hashed on the host; written on the host and hashed in the guest).
 #
+# With XVFS_DAX (a DAX window, QEMU 11.1; run-vm mounts with dax=inode unless
+# XVFS_MOUNT_OPTS says otherwise) the same steps run on a DAX mount, and the
+# test also checks that the guest mounted with DAX and that the daemon mapped
+# files into the window with no failed map (its --metrics-file): the host's
+# big file, a whole number of 2 MiB chunks, is read through the window.
+#
 # Environment: DAEMON (default host/target/release/xvirtiofsd), DAEMON_ARGS,
-# XVFS_BIG_MIB, plus everything vmm-config/run-vm reads.
+# XVFS_BIG_MIB, XVFS_DAX, plus everything vmm-config/run-vm reads.
 set -euo pipefail
 
 # shellcheck source=tests/vm/lib.sh
@@ -41,6 +47,7 @@ write_guest_script() {
     cat >"$1" <<GUEST
 M=/mnt/shared/meta
 t() { echo "guest: \$1 at \$(cut -d' ' -f1 /proc/uptime) s"; }
+grep " /mnt/shared " /proc/mounts >\$M/mount.guest
 sh \$M/ops-steps.sh /mnt/shared/work \$M >\$M/transcript.guest 2>&1
 t "steps done"
 dd if=/dev/urandom of=/tmp/big bs=1M count=$BIG_MIB 2>/dev/null || exit 1
@@ -75,6 +82,17 @@ check_steps() {
     done <"$transcript"
 }
 
+# check_dax MOUNT-LINE METRICS: the share was a DAX mount and files went
+# through the window (maps made, none failed).
+check_dax() {
+    local maps failed
+    assert_ok "the guest mounted the share with DAX ($(cat "$1" 2>&1))" grep -q 'dax=' "$1"
+    read -r maps failed < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])).get("dax", {})
+print(d.get("maps", "none"), d.get("failed", "none"))' "$2" 2>/dev/null || echo "none none")
+    assert_ok "files were mapped through the DAX window ($maps maps)" test "${maps:-0}" -gt 0 2>/dev/null
+    assert_eq 0 "$failed" "no DAX map failed"
+}
+
 main() {
     need busybox fio sha256sum
     vmt_init ops
@@ -85,7 +103,9 @@ main() {
     say "writing the host's $BIG_MIB MiB file"
     head -c "${BIG_MIB}M" /dev/urandom >"$share/meta/host-big.bin"
 
-    XVFS_TIMEOUT=${XVFS_TIMEOUT:-300} vmt_guest "$share" 'sh /mnt/shared/meta/guest.sh' "$VMT_DIR/guest.out" || rc=$?
+    local metrics=$VMT_DIR/metrics.json
+    [ -z "${XVFS_DAX:-}" ] || DAEMON_ARGS="${DAEMON_ARGS:+$DAEMON_ARGS }--metrics-file $metrics"
+    DAEMON_ARGS=${DAEMON_ARGS:-} XVFS_TIMEOUT=${XVFS_TIMEOUT:-300} vmt_guest "$share" 'sh /mnt/shared/meta/guest.sh' "$VMT_DIR/guest.out" || rc=$?
     sed 's/^/     /' "$VMT_DIR/guest.out"
     assert_eq 0 "$rc" "guest script exit status"
 
@@ -114,6 +134,7 @@ main() {
     want=$(sha256sum "$share/meta/host-big.bin" | cut -d' ' -f1)
     assert_eq "$want" "$(cat "$share/meta/host-big.sha256.guest" 2>&1)" "host-written $BIG_MIB MiB: sha256 in the guest equals the host's"
     rm -f "$share/meta/guest-big.bin" "$share/meta/host-big.bin"
+    [ -z "${XVFS_DAX:-}" ] || check_dax "$share/meta/mount.guest" "$metrics"
 
     vmt_summary
 }
