@@ -243,9 +243,15 @@ fn serve_once(
         ];
         let ready = sys::poll_readable_opt(&fds, -1).map_err(HolderError::Watch)?;
         if ready[0] {
-            // What the serving process sent before it ended still counts.
+            // What the serving process sent before it ended still counts,
+            // above all a BYE: poll reports the end and the BYE together
+            // after a live upgrade, and a holder that missed the BYE would
+            // restart a serving process beside its successor's.
             while keeping && sys::poll_readable(&[keeper.as_fd()], 0).is_ok_and(|r| r[0]) {
                 keeping = take_kept(&keeper, kept, child);
+            }
+            while reading && sys::poll_readable(&[ours.as_fd()], 0).is_ok_and(|r| r[0]) {
+                reading = take_checkpoint(&ours, last, &mut bye, child);
             }
             let how = sys::reap(child).map_err(HolderError::Watch)?;
             CHILD.store(0, Ordering::SeqCst);
@@ -255,20 +261,32 @@ fn serve_once(
             keeping = take_kept(&keeper, kept, child);
         }
         if reading && ready[1] {
-            match handover::recv_state(&ours) {
-                Ok((blob, fds)) => *last = Some(Checkpoint { blob, fds }),
-                Err(HandoverError::Unexpected { got: BYE, .. }) => bye = true,
-                Err(HandoverError::Closed) => reading = false,
-                Err(e) => {
-                    warn!(
-                        "crash restart: bad checkpoint from pid {child}: {}",
-                        crate::error_chain(&e)
-                    );
-                    reading = false;
-                }
-            }
+            reading = take_checkpoint(&ours, last, &mut bye, child);
         }
     }
+}
+
+/// Takes one checkpoint or BYE from serving process `child`; false once
+/// the socket is closed or broken (nothing more is read from it).
+fn take_checkpoint(
+    sock: &UnixStream,
+    last: &mut Option<Checkpoint>,
+    bye: &mut bool,
+    child: libc::pid_t,
+) -> bool {
+    match handover::recv_state(sock) {
+        Ok((blob, fds)) => *last = Some(Checkpoint { blob, fds }),
+        Err(HandoverError::Unexpected { got: BYE, .. }) => *bye = true,
+        Err(HandoverError::Closed) => return false,
+        Err(e) => {
+            warn!(
+                "crash restart: bad checkpoint from pid {child}: {}",
+                crate::error_chain(&e)
+            );
+            return false;
+        }
+    }
+    true
 }
 
 /// Applies one KEEP or LET_GO from serving process `child`; false once
