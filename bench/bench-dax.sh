@@ -24,13 +24,24 @@
 # own copy in its page cache (guest RAM, which is host memory) beside the
 # host's; with DAX both read the host's page cache through their windows.
 #
+# Part 3, Filebench: the personalities of BENCH_FILEBENCH (single-file ones:
+# at the "here" scale their file is 64 MiB, a whole number of 2 MiB chunks, so
+# with dax=inode it goes through the window once the guest looks it up again
+# after the pre-run cache drop) run by xfilebench in the guest, one boot per
+# configuration and repetition, BENCH_FB_RUNTIME seconds each. The daemon's
+# --metrics-file shows how many maps each boot made. (QEMU 11.1.3 maps no
+# range past a file's end, so the many-small-file personalities cannot use
+# the window: docs/dax.md.)
+#
 # Output: bench/results/dax-<date>-<rev>/{report.md, plot.png, env.txt,
 # raw.tar.xz}; raw/ holds fio's JSON per config/rep/job, the CPU readings and
 # the memory readings; bench/dax_report.py DIR remakes the report.
 #
 # Environment: BENCH_REPS (2), BENCH_SECS (10), BENCH_FILE_MIB (256),
 # BENCH_SHARED_MIB (512), BENCH_DAX_WINDOW (1G), BENCH_CONFIGS (all three),
-# BENCH_MEMORY (1; 0 skips part 2), XVFS_GUEST_KERNEL (6.12), XVFS_ACCEL.
+# BENCH_FIO (1; 0 skips part 1), BENCH_MEMORY (1; 0 skips part 2),
+# BENCH_FILEBENCH (the personalities; empty skips part 3), BENCH_FB_RUNTIME
+# (BENCH_SECS), XVFS_GUEST_KERNEL (6.12), XVFS_ACCEL.
 # Holds /tmp/xvfs-vm.lock for every VM run.
 set -euo pipefail
 
@@ -49,6 +60,8 @@ XVFSD=$XVFS_ROOT/host/target/release/xvirtiofsd
 PYTHON=${PYTHON:-/usr/bin/python3}
 WORK=$XVFS_ROOT/build/bench-dax
 OUT=$HERE/results/dax-$(date +%Y%m%d-%H%M%S)-$(git -C "$XVFS_ROOT" describe --always --dirty 2>/dev/null || echo norev)
+FB_LIST=${BENCH_FILEBENCH-rnd-rd-1th-1f-4k rnd-rd-1th-1f-128k seq-rd-1th-1f-1m rnd-wr-1th-1f-4k rnd-wr-1th-1f-128k}
+FB_RUNTIME=${BENCH_FB_RUNTIME:-$SECS}
 JOBS="mmap-randread-4k mmap-randread-64k mmap-randwrite-4k mmap-randwrite-64k psync-randread-4k psync-randread-64k psync-randwrite-4k psync-randwrite-64k"
 
 # The environment of run-vm for configuration CFG.
@@ -105,6 +118,27 @@ run_fio() {
     return 0
 }
 
+# run_filebench CFG REP: one boot of CFG running the Filebench personalities.
+run_filebench() {
+    local cfg=$1 rep=$2 share=$WORK/share-$1 raw=$OUT/raw/filebench/$1/rep$2 rc=0 cache=auto n
+    [ "$cfg" != cache-always ] || cache=always
+    mkdir -p "$raw"
+    rm -rf "$share/fb-out" "$share/fb-work"
+    # shellcheck disable=SC2086 # one personality per word
+    printf '%s\n' $FB_LIST >"$share/fb-list.txt"
+    n=$(wc -l <"$share/fb-list.txt")
+    # shellcheck disable=SC2046 # the configuration's variables, word by word
+    env $(vm_env "$cfg") DAEMON_ARGS="--cache=$cache --metrics-file $raw/metrics.json" \
+        SHARE="$share" XVFS_RUNDIR="$raw/vm" XVFS_TIMEOUT=$((300 + n * (FB_RUNTIME + 120))) \
+        flock /tmp/xvfs-vm.lock "$XVFS_ROOT/vmm-config/run-vm" --cmd \
+        "/opt/xvfs/bin/xvfs-bench-run --runner /opt/xvfs/bin/xfilebench --workloads /opt/xvfs/workloads --list /mnt/shared/fb-list.txt --vars /opt/xvfs/workloads/scale/here.vars --dir /mnt/shared/fb-work --out /mnt/shared/fb-out --runtime $FB_RUNTIME --drop /opt/xvfs/bin/xvfs-drop-caches" \
+        >"$raw/guest.out" 2>"$raw/vm.log" || rc=$?
+    cp -r "$share/fb-out/." "$raw/" 2>/dev/null || true
+    rm -rf "$share/fb-work"
+    [ "$rc" -eq 0 ] || say "filebench: $cfg rep $rep: run-vm exited $rc (log $raw/vm.log)"
+    return 0
+}
+
 # used_kib: MemTotal - MemFree (page cache included), in KiB.
 used_kib() {
     awk '/^MemTotal:/ {t = $2} /^MemFree:/ {f = $2} END {print t - f}' /proc/meminfo
@@ -151,6 +185,7 @@ write_env() {
         echo "xvirtiofsd: $("$XVFSD" --version | head -1)"
         echo "window: $WINDOW; data file: $FILE_MIB MiB; shared file: $SHARED_MIB MiB"
         echo "fio: $SECS s per job, $REPS repetitions; configurations: $CONFIGS"
+        echo "filebench: ${FB_LIST:-none} ($FB_RUNTIME s each, scale here)"
     } >"$OUT/env.txt"
 }
 
@@ -167,6 +202,7 @@ main() {
             head -c $((FILE_MIB << 20)) /dev/urandom >"$WORK/share-$cfg/data.bin"
     done
     for rep in $(seq 1 "$REPS"); do
+        [ "${BENCH_FIO:-1}" = 1 ] || break
         order=$CONFIGS
         [ $((rep % 2)) -eq 1 ] || order=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' ')
         for cfg in $order; do
@@ -174,6 +210,16 @@ main() {
             run_fio "$cfg" "$rep"
         done
     done
+    if [ -n "$FB_LIST" ]; then
+        for rep in $(seq 1 "$REPS"); do
+            order=$CONFIGS
+            [ $((rep % 2)) -eq 1 ] || order=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' ')
+            for cfg in $order; do
+                say "filebench: rep $rep/$REPS, $cfg"
+                run_filebench "$cfg" "$rep"
+            done
+        done
+    fi
     if [ "${BENCH_MEMORY:-1}" = 1 ]; then
         mkdir -p "$WORK/share-memory"
         [ "$(stat -c %s "$WORK/share-memory/shared.bin" 2>/dev/null || echo 0)" -eq $((SHARED_MIB << 20)) ] ||

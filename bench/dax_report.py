@@ -7,7 +7,8 @@ Per fio job and configuration: the median over repetitions of the
 bandwidth (MiB/s) and IOPS, and DAX's ratio to each page-cache mode
 (above 1: DAX is faster); the daemon's CPU time per operation over each
 boot; the memory the host had in use once two guests had read the same
-file, with and without DAX.
+file, with and without DAX; per Filebench personality, the median ops/s
+of each configuration, DAX's ratios and the maps the daemon made.
 """
 
 import json
@@ -62,6 +63,34 @@ def collect(raw):
     return runs, cpu
 
 
+def filebench(raw):
+    """{personality: {config: [ops/s]}}, {config: [maps per boot]}."""
+    ops, maps = {}, {}
+    base = os.path.join(raw, "filebench")
+    for cfg in CONFIGS:
+        cdir = os.path.join(base, cfg)
+        for rep in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
+            d = os.path.join(cdir, rep)
+            for name in sorted(os.listdir(d)):
+                if not name.endswith(".json") or name == "metrics.json":
+                    continue
+                try:
+                    with open(os.path.join(d, name)) as f:
+                        doc = json.load(f)
+                    runs = doc.get("runs") or []
+                    if doc.get("error") or not runs or any(r.get("error") for r in runs):
+                        continue
+                    ops.setdefault(name[:-5], {}).setdefault(cfg, []).append(runs[-1]["summary"]["ops_per_s"])
+                except (OSError, ValueError, KeyError):
+                    continue
+            try:
+                with open(os.path.join(d, "metrics.json")) as f:
+                    maps.setdefault(cfg, []).append(json.load(f).get("dax", {}).get("maps", 0))
+            except (OSError, ValueError):
+                pass
+    return ops, maps
+
+
 def memory(raw):
     """{mode: MiB more in use once both guests had read the file}."""
     out = {}
@@ -87,7 +116,29 @@ def ratio(a, b):
     return None if a is None or not b else a / b
 
 
-def report(result_dir, runs, cpu, mem):
+def filebench_lines(fb_ops, fb_maps):
+    if not fb_ops:
+        return []
+    lines = [
+        "",
+        "Filebench personalities (xfilebench in the guest, scale \"here\": one 64 MiB file),",
+        "median ops/s; ratios above 1: DAX is faster:",
+        "",
+        "| personality | dax | cache=auto | cache=always | dax ÷ auto | dax ÷ always |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in sorted(fb_ops):
+        v = {c: (statistics.median(fb_ops[name][c]) if fb_ops[name].get(c) else None) for c in CONFIGS}
+        lines.append(
+            f"| {name} | {fmt(v['dax'], 0)} | {fmt(v['cache-auto'], 0)} | {fmt(v['cache-always'], 0)} "
+            f"| {fmt(ratio(v['dax'], v['cache-auto']), 2)} | {fmt(ratio(v['dax'], v['cache-always']), 2)} |"
+        )
+    if fb_maps.get("dax"):
+        lines += ["", f"DAX maps the daemon made per boot: {', '.join(str(m) for m in fb_maps['dax'])}."]
+    return lines
+
+
+def report(result_dir, runs, cpu, mem, fb=({}, {})):
     env = ""
     try:
         with open(os.path.join(result_dir, "env.txt")) as f:
@@ -125,6 +176,7 @@ def report(result_dir, runs, cpu, mem):
         ]
         for mode, mib in mem.items():
             lines.append(f"| {mode} | {mib:.0f} |")
+    lines += filebench_lines(*fb)
     return "\n".join(lines) + "\n"
 
 
@@ -137,6 +189,8 @@ def plot(result_dir, runs):
     except ImportError:
         return False
     jobs = sorted(runs)
+    if not jobs:
+        return False
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.38
     for k, (other, label) in enumerate((("cache-auto", "dax ÷ cache=auto"), ("cache-always", "dax ÷ cache=always"))):
@@ -164,7 +218,8 @@ def main():
     with raw_dir(result_dir) as raw:
         runs, cpu = collect(raw)
         mem = memory(raw)
-    text = report(result_dir, runs, cpu, mem)
+        fb = filebench(raw)
+    text = report(result_dir, runs, cpu, mem, fb)
     if plot(result_dir, runs):
         text += "\n![ratios](plot.png)\n"
     with open(os.path.join(result_dir, "report.md"), "w") as f:
