@@ -189,8 +189,22 @@ write_env() {
     } >"$OUT/env.txt"
 }
 
-main() {
+# each_run PART RUN: RUN CFG REP for every repetition and configuration;
+# repetitions are outermost and alternate the configurations' order.
+each_run() {
     local rep cfg order
+    for rep in $(seq 1 "$REPS"); do
+        order=$CONFIGS
+        [ $((rep % 2)) -eq 1 ] || order=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for cfg in $order; do
+            say "$1: rep $rep/$REPS, $cfg"
+            "$2" "$cfg" "$rep"
+        done
+    done
+}
+
+main() {
+    local cfg
     [ "$(id -u)" -eq 0 ] || die "bench-dax drops the host's caches: run it as root"
     [ -x "$XVFSD" ] || die "$XVFSD not built; run 'make build'"
     "$XVFS_ROOT/vmm-config/runtimes.sh" qemu 11.1 >/dev/null
@@ -201,25 +215,8 @@ main() {
         [ "$(stat -c %s "$WORK/share-$cfg/data.bin" 2>/dev/null || echo 0)" -eq $((FILE_MIB << 20)) ] ||
             head -c $((FILE_MIB << 20)) /dev/urandom >"$WORK/share-$cfg/data.bin"
     done
-    for rep in $(seq 1 "$REPS"); do
-        [ "${BENCH_FIO:-1}" = 1 ] || break
-        order=$CONFIGS
-        [ $((rep % 2)) -eq 1 ] || order=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' ')
-        for cfg in $order; do
-            say "fio: rep $rep/$REPS, $cfg"
-            run_fio "$cfg" "$rep"
-        done
-    done
-    if [ -n "$FB_LIST" ]; then
-        for rep in $(seq 1 "$REPS"); do
-            order=$CONFIGS
-            [ $((rep % 2)) -eq 1 ] || order=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' ')
-            for cfg in $order; do
-                say "filebench: rep $rep/$REPS, $cfg"
-                run_filebench "$cfg" "$rep"
-            done
-        done
-    fi
+    [ "${BENCH_FIO:-1}" != 1 ] || each_run fio run_fio
+    [ -z "$FB_LIST" ] || each_run filebench run_filebench
     if [ "${BENCH_MEMORY:-1}" = 1 ]; then
         mkdir -p "$WORK/share-memory"
         [ "$(stat -c %s "$WORK/share-memory/shared.bin" 2>/dev/null || echo 0)" -eq $((SHARED_MIB << 20)) ] ||
