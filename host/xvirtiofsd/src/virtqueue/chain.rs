@@ -9,7 +9,8 @@
 //! never through an intermediate buffer. Every descriptor comes from the
 //! guest and is checked: a readable descriptor after a writable one, an
 //! address outside guest memory, or a chain longer than the limits makes the
-//! whole chain invalid.
+//! whole chain invalid; [`refuse`] then answers it with an error when the
+//! request's header and the reply's first descriptor are usable.
 //!
 //! The slices borrow the memory snapshot the chain was popped with (`'m`), so
 //! no reader or writer can outlive the mapping it points into. A request that
@@ -20,7 +21,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 use virtio_queue::desc::split::Descriptor;
-use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileSlice};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, VolatileSlice};
 use xvfs_fs::io::{ReplyWriter, RequestReader};
 
 use crate::sys;
@@ -37,6 +38,50 @@ pub enum ChainError {
     OutOfMemory,
     #[error("descriptor chain longer than {MAX_CHAIN_BYTES} bytes")]
     TooLong,
+}
+
+impl ChainError {
+    /// What the guest is told when the chain can be answered ([`refuse`]).
+    pub fn errno(&self) -> i32 {
+        match self {
+            ChainError::ReadableAfterWritable => libc::EINVAL,
+            ChainError::OutOfMemory => libc::EFAULT,
+            ChainError::TooLong => libc::E2BIG,
+        }
+    }
+}
+
+/// FUSE's request and reply headers: the reply header's size, and where
+/// both keep the request's unique id.
+const OUT_HEADER_LEN: usize = 16;
+const UNIQUE: std::ops::Range<usize> = 8..16;
+
+/// Answers a chain [`split_chain`] refused with error `errno`: a reply
+/// header carrying the unique id of the request header in its first
+/// descriptor, written to its first device-writable one. A buffer the
+/// guest put in the DAX window, which is not mapped here, fails this way
+/// (EFAULT) rather than as an empty reply the guest cannot tell from
+/// success. Returns the guest range written, or None (nothing written)
+/// when the header or that descriptor is short or outside guest memory.
+pub fn refuse(
+    mem: &GuestMemoryMmap,
+    mut descs: impl Iterator<Item = Descriptor>,
+    errno: i32,
+) -> Option<(u64, u64)> {
+    let first = descs
+        .next()
+        .filter(|d| !d.is_write_only() && d.len() as usize >= OUT_HEADER_LEN)?;
+    let mut request = [0u8; OUT_HEADER_LEN];
+    mem.read_slice(&mut request, first.addr()).ok()?;
+    let to = descs
+        .find(Descriptor::is_write_only)
+        .filter(|d| d.len() as usize >= OUT_HEADER_LEN)?;
+    let mut reply = [0u8; OUT_HEADER_LEN];
+    reply[..4].copy_from_slice(&(OUT_HEADER_LEN as u32).to_ne_bytes());
+    reply[4..8].copy_from_slice(&(-errno).to_ne_bytes());
+    reply[UNIQUE].copy_from_slice(&request[UNIQUE]);
+    mem.write_slice(&reply, to.addr()).ok()?;
+    Some((to.addr().0, OUT_HEADER_LEN as u64))
 }
 
 /// Guest-memory slices, consumed front to back.
@@ -444,6 +489,57 @@ mod tests {
             split_chain(&mem, wraps.into_iter()).err(),
             Some(ChainError::OutOfMemory)
         );
+    }
+
+    #[test]
+    fn a_refused_chain_is_answered_with_an_error_when_it_can_be() {
+        let mem = memory();
+        let mut request = [0u8; 40];
+        request[8..16].copy_from_slice(&0x1234_5678_9abc_u64.to_ne_bytes());
+        mem.write_slice(&request, GuestAddress(0x100)).unwrap();
+        // The reply's data buffer outside memory (a DAX window chunk).
+        let chain = [
+            Descriptor::new(0x100, 40, 0, 0),
+            Descriptor::new(0x800, 16, WRITE, 0),
+            Descriptor::new(0x10_0000, 4096, WRITE, 0),
+        ];
+        let e = split_chain(&mem, chain.into_iter()).err().expect("refused");
+        assert_eq!(
+            refuse(&mem, chain.into_iter(), e.errno()),
+            Some((0x800, 16))
+        );
+        let mut reply = [0u8; 16];
+        mem.read_slice(&mut reply, GuestAddress(0x800)).unwrap();
+        assert_eq!(u32::from_ne_bytes(reply[..4].try_into().unwrap()), 16);
+        assert_eq!(
+            i32::from_ne_bytes(reply[4..8].try_into().unwrap()),
+            -libc::EFAULT
+        );
+        assert_eq!(reply[8..], request[8..16], "the request's unique id");
+
+        // Nothing to answer with: no header, no room, or the header outside.
+        for chain in [
+            vec![Descriptor::new(0x800, 16, WRITE, 0)],
+            vec![
+                Descriptor::new(0x100, 8, 0, 0),
+                Descriptor::new(0x800, 16, WRITE, 0),
+            ],
+            vec![
+                Descriptor::new(0x100, 40, 0, 0),
+                Descriptor::new(0x800, 8, WRITE, 0),
+            ],
+            vec![Descriptor::new(0x100, 40, 0, 0)],
+            vec![
+                Descriptor::new(0x10_0000, 40, 0, 0),
+                Descriptor::new(0x800, 16, WRITE, 0),
+            ],
+            vec![
+                Descriptor::new(0x100, 40, 0, 0),
+                Descriptor::new(0x10_0000, 16, WRITE, 0),
+            ],
+        ] {
+            assert_eq!(refuse(&mem, chain.into_iter(), libc::EFAULT), None);
+        }
     }
 
     fn tempfile() -> std::fs::File {

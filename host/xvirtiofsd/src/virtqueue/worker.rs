@@ -34,7 +34,7 @@ use xvfs_fs::ratelimit::RateLimiter;
 use crate::migration::dirty_log::LogTarget;
 pub use crate::ops::metrics::QueueStats;
 use crate::sys;
-use crate::virtqueue::chain::split_chain;
+use crate::virtqueue::chain::{refuse, split_chain};
 use crate::virtqueue::mem::GuestMemoryMmap;
 use crate::virtqueue::poll::PollPolicy;
 pub use crate::virtqueue::poll::{measure_wake_cost, PollConfig, PollMode, BUDGET_PERIOD};
@@ -511,7 +511,7 @@ impl WorkerCtx {
             if self.waiting.holds(head) {
                 return Err(RingFault::HeadWaiting { head });
             }
-            match split_chain(mem, chain) {
+            match split_chain(mem, chain.clone()) {
                 Ok((mut r, mut w)) => {
                     let request_bytes = xvfs_fs::io::RequestReader::remaining(&r);
                     let outcome = match &mut self.recorder {
@@ -545,7 +545,10 @@ impl WorkerCtx {
                             self.index
                         );
                     }
-                    self.publish(mem, head, &[], 0, 0, started)?;
+                    match refuse(mem, chain, e.errno()) {
+                        Some(r) => self.publish(mem, head, &[r], r.1 as usize, 0, started)?,
+                        None => self.publish(mem, head, &[], 0, 0, started)?,
+                    }
                 }
             }
             served += 1;
