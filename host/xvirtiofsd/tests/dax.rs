@@ -253,3 +253,127 @@ fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
     );
     vmm.shutdown().expect("clean disconnect");
 }
+
+/// A hostile guest and a host process together: QEMU adds each DAX
+/// mapping to guest memory, backed by the mapped file. Were the daemon to
+/// map that region, a host truncate of the file plus a guest buffer
+/// pointing there would be SIGBUS in the daemon (here: in this test) as
+/// soon as it wrote a reply there itself. It records the region without
+/// mapping it and refuses such a buffer (EFAULT when the reply header can
+/// be written elsewhere), and serving goes on.
+#[test]
+fn a_window_chunk_in_guest_memory_is_never_touched() {
+    use vhost::VhostUserMemoryRegionInfo;
+    use vm_memory::{Bytes, GuestAddress};
+    use xvfs_fs::abi::{OpenIn, ReadIn, WriteIn};
+
+    const CHUNK_GPA: u64 = 0x1_0000_0000;
+    let dir = scratch_dir("dax-chunk");
+    std::fs::write(dir.join("data"), vec![7u8; 2 * CHUNK as usize]).unwrap();
+    std::fs::write(dir.join("other"), vec![1u8; 4096]).unwrap();
+    let mut vmm = start(&dir);
+    vmm.negotiate_with(u64::MAX, P::MQ | P::REPLY_ACK | P::CONFIGURE_MEM_SLOTS);
+    vmm.setup_queues(2);
+    vmm.fuse_init(1);
+    let (err, _) = vmm.fuse(1, opcode::LOOKUP, 1, b"data\0");
+    assert_eq!(err, 0);
+    let (err, entry) = vmm.fuse(1, opcode::LOOKUP, 1, b"other\0");
+    assert_eq!(err, 0);
+    let other = u64_at(&entry, 0);
+    let open = OpenIn {
+        flags: libc::O_RDWR as u32,
+        open_flags: 0,
+    };
+    let (err, opened) = vmm.fuse(1, opcode::OPEN, other, &open.to_bytes());
+    assert_eq!(err, 0);
+    let fh = u64_at(&opened, 0);
+
+    // What QEMU sends once it has mapped `data` into the window.
+    let data = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("data"))
+        .unwrap();
+    let chunk = VhostUserMemoryRegionInfo {
+        guest_phys_addr: CHUNK_GPA,
+        memory_size: CHUNK,
+        userspace_addr: 0x7e00_0000_0000,
+        mmap_offset: 0,
+        mmap_handle: data.as_raw_fd(),
+    };
+    vmm.frontend.add_mem_region(&chunk).expect("ADD_MEM_REG");
+    data.set_len(0).unwrap();
+
+    // READ into the chunk, and WRITE from it.
+    let read = ReadIn {
+        fh,
+        offset: 0,
+        size: 4096,
+        ..Default::default()
+    };
+    let write = WriteIn {
+        fh,
+        offset: 0,
+        size: 4096,
+        ..Default::default()
+    };
+    let mut write_req = fuse_request(opcode::WRITE, 21, other, &write.to_bytes());
+    let len = write_req.len() as u32 + 4096;
+    write_req[..4].copy_from_slice(&len.to_ne_bytes());
+    for (unique, req, chunk_writable) in [
+        (
+            20,
+            fuse_request(opcode::READ, 20, other, &read.to_bytes()),
+            true,
+        ),
+        (21, write_req, false),
+    ] {
+        let inb = vmm.alloc(req.len() as u64);
+        let outb = vmm.alloc(4096);
+        vmm.mem.write_slice(&req, GuestAddress(inb)).unwrap();
+        let descs: Vec<(u64, u32, bool)> = if chunk_writable {
+            vec![
+                (inb, req.len() as u32, false),
+                (outb, 16, true),
+                (CHUNK_GPA, 4096, true),
+            ]
+        } else {
+            vec![
+                (inb, req.len() as u32, false),
+                (CHUNK_GPA, 4096, false),
+                (outb, 16, true),
+            ]
+        };
+        vmm.post(1, &descs);
+        vmm.kick(1);
+        let (_, used) = vmm.wait_used(1).expect("answered");
+        assert_eq!(used, 16, "an error header, nothing else");
+        let mut out = [0u8; 16];
+        vmm.mem.read_slice(&mut out, GuestAddress(outb)).unwrap();
+        assert_eq!(
+            i32::from_ne_bytes(out[4..8].try_into().unwrap()),
+            -libc::EFAULT
+        );
+        assert_eq!(u64_at(&out, 8), unique, "the request's unique id");
+    }
+    assert_eq!(std::fs::read(dir.join("other")).unwrap(), vec![1u8; 4096]);
+    // A reply the daemon writes itself, all of it in the chunk: mapped, that
+    // store would be the SIGBUS. Nothing can be written; the chain completes.
+    let req = fuse_request(opcode::GETATTR, 22, other, &[0u8; 16]);
+    let inb = vmm.alloc(req.len() as u64);
+    vmm.mem.write_slice(&req, GuestAddress(inb)).unwrap();
+    vmm.post(
+        1,
+        &[(inb, req.len() as u32, false), (CHUNK_GPA, 4096, true)],
+    );
+    vmm.kick(1);
+    assert_eq!(vmm.wait_used(1).expect("answered").1, 0, "nothing written");
+
+    // The daemon serves on, and the chunk leaves as it came.
+    let (err, _) = vmm.fuse(1, opcode::GETATTR, other, &[0u8; 16]);
+    assert_eq!(err, 0);
+    vmm.frontend.remove_mem_region(&chunk).expect("REM_MEM_REG");
+    let (err, _) = vmm.fuse(1, opcode::GETATTR, other, &[0u8; 16]);
+    assert_eq!(err, 0);
+    vmm.shutdown().expect("clean disconnect");
+}

@@ -505,13 +505,14 @@ impl Device {
                 let Some(file) = fds.into_iter().next() else {
                     return Err(VhostUserError::InvalidPayload(req));
                 };
-                let mapped = self.mem_table.add(Region {
-                    gpa: r.guest_phys_addr,
-                    size: r.memory_size,
-                    user_addr: r.user_addr,
-                    mmap_offset: r.mmap_offset,
-                    file: Arc::new(file),
-                })?;
+                let region = self.region(
+                    r.guest_phys_addr,
+                    r.memory_size,
+                    r.user_addr,
+                    r.mmap_offset,
+                    file,
+                );
+                let mapped = self.mem_table.add(region)?;
                 self.install_memory(mapped);
                 Ok(None)
             }
@@ -676,6 +677,32 @@ impl Device {
     }
 
     /// SET_MEM_TABLE: replaces the whole memory table.
+    /// A memory region as the front-end describes it. With a DAX window, one
+    /// backed by a file the guest holds in the share is a chunk of the
+    /// window (QEMU adds each of its mappings to guest memory), which the
+    /// table records but never maps.
+    pub(super) fn region(
+        &self,
+        gpa: u64,
+        size: u64,
+        user_addr: u64,
+        mmap_offset: u64,
+        file: File,
+    ) -> Region {
+        let window_chunk = self.cfg.dax.is_some() && self.server.fs().is_guest_file(file.as_fd());
+        if window_chunk {
+            debug!("guest memory: {size:#x} bytes at {gpa:#x} are a DAX window chunk (not mapped)");
+        }
+        Region {
+            gpa,
+            size,
+            user_addr,
+            mmap_offset,
+            file: Arc::new(file),
+            window_chunk,
+        }
+    }
+
     fn set_mem_table(&mut self, req: FrontendReq, body: &[u8], fds: Vec<File>) -> Result<()> {
         let hdr_len = std::mem::size_of::<VhostUserMemory>();
         let reg_len = std::mem::size_of::<VhostUserMemoryRegion>();
@@ -703,13 +730,13 @@ impl Device {
         for (i, file) in fds.into_iter().enumerate() {
             let off = hdr_len + i * reg_len;
             let r = parse::<VhostUserMemoryRegion>(req, &body[off..off + reg_len])?;
-            regions.push(Region {
-                gpa: r.guest_phys_addr,
-                size: r.memory_size,
-                user_addr: r.user_addr,
-                mmap_offset: r.mmap_offset,
-                file: Arc::new(file),
-            });
+            regions.push(self.region(
+                r.guest_phys_addr,
+                r.memory_size,
+                r.user_addr,
+                r.mmap_offset,
+                file,
+            ));
         }
         let mapped = self.mem_table.set(regions)?;
         self.install_memory(mapped);

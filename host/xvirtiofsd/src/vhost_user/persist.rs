@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use virtio_fs_ext::state::{DaxState, DeviceState, RegionState, VringState};
 
-use crate::virtqueue::mem::Region;
 use crate::virtqueue::worker::MAX_QUEUE_SIZE;
 use crate::FsServer as Server;
 
@@ -122,13 +121,8 @@ impl Device {
         dev.owner = st.owner;
         let mut regions = Vec::with_capacity(st.regions.len());
         for r in &st.regions {
-            regions.push(Region {
-                gpa: r.gpa,
-                size: r.size,
-                user_addr: r.user_addr,
-                mmap_offset: r.mmap_offset,
-                file: Arc::new(File::from(take(r.fd).map_err(VhostUserError::Socket)?)),
-            });
+            let file = File::from(take(r.fd).map_err(VhostUserError::Socket)?);
+            regions.push(dev.region(r.gpa, r.size, r.user_addr, r.mmap_offset, file));
         }
         if !regions.is_empty() {
             let mapped = dev.mem_table.set(regions)?;

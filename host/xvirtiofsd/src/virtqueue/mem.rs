@@ -41,6 +41,12 @@ pub struct Region {
     pub user_addr: u64,
     pub mmap_offset: u64,
     pub file: Arc<File>,
+    /// A chunk of the DAX window: QEMU adds each file range it maps for
+    /// the guest to guest memory, backed by that file of the share. Kept
+    /// in the table (addresses, slots) but never mapped here: a host
+    /// process may shrink the file, and a touch would be SIGBUS in the
+    /// daemon. A descriptor that points into it is refused.
+    pub window_chunk: bool,
 }
 
 /// Upper bound on regions (QEMU uses up to 509 memory slots with CONFIGURE_MEM_SLOTS).
@@ -59,7 +65,19 @@ pub struct MemoryTable {
 #[derive(Debug)]
 struct Entry {
     region: Region,
-    mapped: Arc<GuestRegionMmap>,
+    /// None for a chunk of the DAX window.
+    mapped: Option<Arc<GuestRegionMmap>>,
+}
+
+impl Entry {
+    fn new(region: Region) -> Result<Self, MemError> {
+        let mapped = if region.window_chunk {
+            None
+        } else {
+            Some(map_region(&region)?)
+        };
+        Ok(Entry { region, mapped })
+    }
 }
 
 impl MemoryTable {
@@ -83,8 +101,7 @@ impl MemoryTable {
         }
         let mut entries = Vec::with_capacity(sorted.len());
         for region in sorted {
-            let mapped = map_region(&region)?;
-            entries.push(Entry { region, mapped });
+            entries.push(Entry::new(region)?);
         }
         self.entries = entries;
         self.collection()
@@ -104,8 +121,8 @@ impl MemoryTable {
         {
             return Err(MemError::Overlap);
         }
-        let mapped = map_region(&region)?;
-        self.entries.insert(at, Entry { region, mapped });
+        let entry = Entry::new(region)?;
+        self.entries.insert(at, entry);
         self.collection()
     }
 
@@ -125,12 +142,17 @@ impl MemoryTable {
             .ok_or(MemError::UnknownAddress(va))
     }
 
-    /// The guest memory the queues use: the current mappings, shared.
+    /// The guest memory the queues use: the current mappings, shared
+    /// (the DAX window's chunks left out).
     fn collection(&self) -> Result<GuestMemoryMmap, MemError> {
-        if self.entries.is_empty() {
+        let regions: Vec<_> = self
+            .entries
+            .iter()
+            .filter_map(|e| e.mapped.clone())
+            .collect();
+        if regions.is_empty() {
             return Ok(GuestMemoryMmap::default());
         }
-        let regions = self.entries.iter().map(|e| Arc::clone(&e.mapped)).collect();
         GuestMemoryMmap::from_arc_regions(regions).map_err(|_| MemError::Overlap)
     }
 }
@@ -175,6 +197,7 @@ mod tests {
             user_addr: 0x7f00_0000_0000 + gpa,
             mmap_offset: 0,
             file: Arc::new(file),
+            window_chunk: false,
         }
     }
 
@@ -232,6 +255,33 @@ mod tests {
             0
         );
         assert!(t.vmm_va_to_gpa(0x7f00_0000_1000).is_err());
+    }
+
+    #[test]
+    fn a_window_chunk_is_recorded_but_never_mapped() {
+        let mut t = MemoryTable::default();
+        t.set(vec![region(0, 0x2000)]).expect("set");
+        let mut chunk = region(0x10_0000, 0x1000);
+        chunk.window_chunk = true;
+        // A file shrunk under the chunk: mapping it would fault on touch.
+        chunk.file.set_len(0).expect("truncate");
+        let m = t.add(chunk).expect("add");
+        assert_eq!(m.num_regions(), 1, "only guest RAM is mapped");
+        assert!(m.read_obj::<u32>(GuestAddress(0x10_0000)).is_err());
+        assert_eq!(t.regions().len(), 2, "the chunk holds its place");
+        assert!(matches!(
+            t.add(region(0x10_0800, 0x1000)),
+            Err(MemError::Overlap)
+        ));
+        assert_eq!(
+            t.vmm_va_to_gpa(0x7f00_0010_0010).expect("translated"),
+            0x10_0010
+        );
+        assert_eq!(
+            t.remove(0x10_0000, 0x1000).expect("remove").num_regions(),
+            1
+        );
+        assert_eq!(t.regions().len(), 1);
     }
 
     #[test]
