@@ -13,6 +13,8 @@
 #   vmt_successor_args PID  PID's arguments for a successor, one per line
 #   vmt_kill_serving CTL NAME  kill -9 the serving process behind CTL; prints
 #                           the CHECK line of a new one taking over (10 s)
+#   vmt_dax_metric FILE KEY the DAX counter KEY (maps, unmaps, failed...) of a
+#                           daemon's --metrics-file, or "none"
 #   vmt_summary             print "N passed, M failed"; status 1 when M > 0
 
 # shellcheck source=vmm-config/functions.sh
@@ -132,6 +134,11 @@ vmt_kill_serving() {
         sleep 0.05
     done
     echo "CHECK kill-$name-new-serving-process 1 $ok"
+}
+
+vmt_dax_metric() {
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("dax", {}).get(sys.argv[2], "none"))' "$1" "$2" 2>/dev/null ||
+        echo none
 }
 
 vmt_summary() {

@@ -95,11 +95,6 @@ PY
     touch "$share/host-filled"
 }
 
-# metric METRICS KEY: the dax counter KEY of the daemon's metrics file.
-metric() {
-    python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("dax", {}).get(sys.argv[2], "none"))' "$1" "$2"
-}
-
 # shellcheck disable=SC2016 # expanded in the guest
 INODE_CMD='cd /mnt/shared
 echo "mount $(grep " /mnt/shared " /proc/mounts)"
@@ -149,12 +144,12 @@ assert_ok "dax=inode: touching past a truncate under the mapping: SIGBUS in that
 assert_ok "dax=inode: the truncated file has its new size" grep -qx 'm8-size 2097152' "$out"
 assert_ok "dax=inode: and its first chunk is intact" grep -qx "m8-head $want_m8" "$out"
 assert_eq 2097152 "$(stat -c %s "$SHARE/m8.bin")" "dax=inode: the host sees the truncate"
-maps=$(metric "$METRICS" maps)
-unmaps=$(metric "$METRICS" unmaps)
-echo "     dax=inode: maps $maps, unmaps $unmaps, failed $(metric "$METRICS" failed)"
+maps=$(vmt_dax_metric "$METRICS" maps)
+unmaps=$(vmt_dax_metric "$METRICS" unmaps)
+echo "     dax=inode: maps $maps, unmaps $unmaps, failed $(vmt_dax_metric "$METRICS" failed)"
 assert_ok "dax=inode: the successor made more maps than the window holds (32)" test "$maps" -gt 32
 assert_ok "dax=inode: the guest reclaimed window ranges, the predecessor's too" test "$unmaps" -gt 0
-assert_eq 0 "$(metric "$METRICS" failed)" "dax=inode: QEMU refused no map or unmap"
+assert_eq 0 "$(vmt_dax_metric "$METRICS" failed)" "dax=inode: QEMU refused no map or unmap"
 
 # shellcheck disable=SC2016 # expanded in the guest
 CRASH_CMD='cd /mnt/shared
@@ -197,9 +192,9 @@ assert_ok "crash restart: a file mapped before the kill" grep -qx "mmap-m4 $want
 assert_ok "crash restart: the same mappings read after it" grep -qx "mmap-m4-after $want_m4" "$out"
 assert_ok "crash restart: 128 MiB through the window after it (old ranges removed, new mapped)" \
     grep -qx "read-big $want_big" "$out"
-assert_ok "crash restart: the successor mapped" test "$(metric "$METRICS" maps)" -gt 0
-assert_ok "crash restart: and removed the guest's ranges" test "$(metric "$METRICS" unmaps)" -gt 0
-assert_eq 0 "$(metric "$METRICS" failed)" "crash restart: QEMU refused no map or unmap"
+assert_ok "crash restart: the successor mapped" test "$(vmt_dax_metric "$METRICS" maps)" -gt 0
+assert_ok "crash restart: and removed the guest's ranges" test "$(vmt_dax_metric "$METRICS" unmaps)" -gt 0
+assert_eq 0 "$(vmt_dax_metric "$METRICS" failed)" "crash restart: QEMU refused no map or unmap"
 
 # shellcheck disable=SC2016 # expanded in the guest
 ALWAYS_CMD='cd /mnt/shared
@@ -227,8 +222,8 @@ assert_ok "dax=always: a file shorter than a chunk fails to read (QEMU 11.1 limi
 assert_ok "dax=always: MAP_SHARED stores and msync" grep -qx 'fill filled' "$out"
 assert_ok "dax=always: read back through a new mapping" grep -qx 'peek peek 33' "$out"
 assert_eq "$(printf '!%.0s' $(seq 4096))" "$(head -c 4096 "$SHARE/m4.bin")" "dax=always: the stores are on the host"
-assert_eq 0 "$(metric "$METRICS" failed)" "dax=always: QEMU refused no map (the short file never reached it)"
-assert_ok "dax=always: the daemon refused the short file's map itself" test "$(metric "$METRICS" refused)" -gt 0
+assert_eq 0 "$(vmt_dax_metric "$METRICS" failed)" "dax=always: QEMU refused no map (the short file never reached it)"
+assert_ok "dax=always: the daemon refused the short file's map itself" test "$(vmt_dax_metric "$METRICS" refused)" -gt 0
 # shellcheck disable=SC2016 # expanded in the guest
 HOST_CMD='cd /mnt/shared
 echo "m8 $(./daxprobe cat m8.bin | sha256sum | cut -d" " -f1)"

@@ -87,8 +87,8 @@ check_steps() {
 check_dax() {
     local maps failed
     assert_ok "the guest mounted the share with DAX ($(cat "$1" 2>&1))" grep -q 'dax=' "$1"
-    read -r maps failed < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])).get("dax", {})
-print(d.get("maps", "none"), d.get("failed", "none"))' "$2" 2>/dev/null || echo "none none")
+    maps=$(vmt_dax_metric "$2" maps)
+    failed=$(vmt_dax_metric "$2" failed)
     assert_ok "files were mapped through the DAX window ($maps maps)" test "${maps:-0}" -gt 0 2>/dev/null
     assert_eq 0 "$failed" "no DAX map failed"
 }
