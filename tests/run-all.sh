@@ -17,8 +17,9 @@
 #
 # Then the newest runtimes (issue 31): test_ops, test_upgrade and
 # test_migrate once more on QEMU 11.1 (trixie-backports) with the newest 7.x
-# guest kernel, test_dax, which needs QEMU 11.1 (issue 32), and test_ops on a
-# DAX mount; installing them (vmm-config/runtimes.sh, cached) is one step.
+# guest kernel, test_dax and test_libvirt_dax, which need QEMU 11.1 (issue 32),
+# and test_ops on a DAX mount; installing them (vmm-config/runtimes.sh,
+# cached) is one step.
 #
 # Environment: DAEMON (the daemon the VM tests use; default our xvirtiofsd),
 # XVFS_SKIP_VM=1 (skip the VM tests), XVFS_SKIP_NEWEST=1 (skip only the
@@ -115,10 +116,10 @@ step_vm_test() {
 
 # The QEMU 11.1 + newest-kernel subset; the runtimes are installed first
 # (one counted step), and the tests run only when that worked.
-NEWEST_TESTS=(test_ops test_upgrade test_migrate test_dax)
+NEWEST_TESTS=(test_ops test_upgrade test_migrate test_dax test_libvirt_dax)
 # Tests that need the newest runtime (DAX: QEMU 11's shared memory): they
 # run in that subset only, not on the default runtime.
-NEWEST_ONLY=(test_dax)
+NEWEST_ONLY=(test_dax test_libvirt_dax)
 step_newest_runtimes() {
     local rc=0 t
     if [ "${XVFS_SKIP_NEWEST:-0}" = 1 ]; then
