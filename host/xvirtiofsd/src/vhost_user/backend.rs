@@ -5,11 +5,13 @@
 //! descriptor, SHMEM_UNMAP). One request at a time, each sent with
 //! NEED_REPLY and its reply awaited with a deadline, so that a front-end
 //! that stops answering costs the guest an I/O error, not a hung worker.
+//! A reply that comes after its deadline is read and dropped before the
+//! next request's own: the front-end answers in order.
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -21,7 +23,11 @@ use super::header::{FLAG_NEED_REPLY, FLAG_REPLY, FLAG_VERSION, HDR_SIZE};
 use crate::sys;
 
 /// How long a map or unmap may wait for the front-end's reply.
-const REPLY_DEADLINE: Duration = Duration::from_secs(5);
+const REPLY_DEADLINE: Duration = if cfg!(test) {
+    Duration::from_millis(200)
+} else {
+    Duration::from_secs(5)
+};
 
 /// The channel, empty until the front-end sends its end.
 #[derive(Debug)]
@@ -30,6 +36,9 @@ pub struct BackendChannel {
     /// The stream's descriptor (-1: none yet), readable while a request
     /// holds the stream's lock waiting for the front-end.
     fd: AtomicI32,
+    /// Replies still to come for requests that gave up waiting; changed
+    /// only under the stream's lock.
+    late: AtomicU32,
 }
 
 impl Default for BackendChannel {
@@ -37,6 +46,7 @@ impl Default for BackendChannel {
         BackendChannel {
             stream: Mutex::new(None),
             fd: AtomicI32::new(-1),
+            late: AtomicU32::new(0),
         }
     }
 }
@@ -46,6 +56,7 @@ impl BackendChannel {
     pub fn set(&self, stream: UnixStream) {
         let mut guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
         self.fd.store(stream.as_raw_fd(), Ordering::Release);
+        self.late.store(0, Ordering::Relaxed);
         *guard = Some(stream);
     }
 
@@ -63,6 +74,7 @@ impl BackendChannel {
         let Some(mut s) = guard.as_ref() else {
             return Ok(0);
         };
+        self.late.store(0, Ordering::Relaxed);
         let mut dropped = 0;
         let mut buf = [0u8; 256];
         while sys::poll_readable(&[s.as_fd()], 100)?[0] {
@@ -96,8 +108,12 @@ impl BackendChannel {
         if sent != msg.len() {
             return Err(io::Error::other("short write on the back-end channel"));
         }
-        let mut reply = [0u8; HDR_SIZE + 8];
-        read_by(s, &mut reply)?;
+        // Replies come in order: first those the earlier requests gave up on.
+        while self.late.load(Ordering::Relaxed) > 0 {
+            self.await_reply(s)?;
+            self.late.fetch_sub(1, Ordering::Relaxed);
+        }
+        let reply = self.await_reply(s)?;
         let word =
             |i: usize| u32::from_ne_bytes([reply[i], reply[i + 1], reply[i + 2], reply[i + 3]]);
         if word(0) != code || word(4) & !0x3 != FLAG_REPLY || word(8) != 8 {
@@ -114,6 +130,20 @@ impl BackendChannel {
             0 => Ok(()),
             _ => Err(io::Error::from_raw_os_error(libc::EIO)),
         }
+    }
+}
+
+impl BackendChannel {
+    /// One reply from `s`; when none comes in time it is counted as late,
+    /// to be dropped before the next request's own.
+    fn await_reply(&self, s: &UnixStream) -> io::Result<[u8; HDR_SIZE + 8]> {
+        let mut reply = [0u8; HDR_SIZE + 8];
+        read_by(s, &mut reply).inspect_err(|e| {
+            if e.kind() == io::ErrorKind::TimedOut {
+                self.late.fetch_add(1, Ordering::Relaxed);
+            }
+        })?;
+        Ok(reply)
     }
 }
 
@@ -171,5 +201,57 @@ impl xvfs_fs::passthrough::Mapper for BackendChannel {
             ..Default::default()
         };
         self.request(BackendReq::SHMEM_UNMAP, m.as_slice(), None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use xvfs_fs::passthrough::Mapper;
+
+    /// The front-end's reads of one request (header and body).
+    fn take_request(s: &mut UnixStream) -> u32 {
+        let mut hdr = [0u8; HDR_SIZE];
+        s.read_exact(&mut hdr).expect("header");
+        let mut body = vec![0u8; u32::from_ne_bytes(hdr[8..12].try_into().unwrap()) as usize];
+        s.read_exact(&mut body).expect("body");
+        u32::from_ne_bytes(hdr[..4].try_into().unwrap())
+    }
+
+    fn answer(s: &mut UnixStream, req: u32, value: u64) {
+        let mut m = req.to_ne_bytes().to_vec();
+        m.extend_from_slice(&(FLAG_VERSION | FLAG_REPLY).to_ne_bytes());
+        m.extend_from_slice(&8u32.to_ne_bytes());
+        m.extend_from_slice(&value.to_ne_bytes());
+        s.write_all(&m).expect("reply");
+    }
+
+    #[test]
+    fn a_late_reply_is_not_taken_for_the_next_requests() {
+        let (ours, mut theirs) = UnixStream::pair().expect("socketpair");
+        let ch = BackendChannel::default();
+        ch.set(ours);
+        let unmap = u32::from(BackendReq::SHMEM_UNMAP);
+        // No answer in time: an error, and one reply still to come.
+        let r = ch.unmap(0, 4096);
+        assert_eq!(r.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
+        assert_eq!(take_request(&mut theirs), unmap);
+        // It comes late, a refusal; the next request is answered 0.
+        answer(&mut theirs, unmap, 1);
+        answer(&mut theirs, unmap, 0);
+        ch.unmap(4096, 4096)
+            .expect("the second reply is the second request's");
+        assert_eq!(take_request(&mut theirs), unmap);
+        // And the one after that waits for its own.
+        let r = ch.unmap(0, 4096);
+        assert_eq!(r.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
+        answer(&mut theirs, unmap, 0);
+        answer(&mut theirs, unmap, 1);
+        assert_eq!(
+            ch.unmap(0, 4096).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EIO)),
+            "its own refusal, not the late success"
+        );
     }
 }
