@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from raw_archive import raw_dir  # noqa: E402
+from report import good_summary  # noqa: E402
 
 CONFIGS = ["dax", "cache-auto", "cache-always"]
 
@@ -77,10 +78,10 @@ def filebench(raw):
                 try:
                     with open(os.path.join(d, name)) as f:
                         doc = json.load(f)
-                    runs = doc.get("runs") or []
-                    if doc.get("error") or not runs or any(r.get("error") for r in runs):
+                    summary, _ = good_summary(doc)
+                    if summary is None:
                         continue
-                    ops.setdefault(name[:-5], {}).setdefault(cfg, []).append(runs[-1]["summary"]["ops_per_s"])
+                    ops.setdefault(name[:-5], {}).setdefault(cfg, []).append(summary["ops_per_s"])
                 except (OSError, ValueError, KeyError):
                     continue
             try:

@@ -106,6 +106,15 @@ def daemon_cpu(rep_dir):
     return spans
 
 
+def good_summary(doc):
+    """The last run's summary of an xfilebench JSON document, or None and
+    why not (an error, or no run)."""
+    runs = doc.get("runs") or []
+    if doc.get("error") or not runs or any(r.get("error") for r in runs):
+        return None, doc.get("error") or "no run / run error"
+    return runs[-1]["summary"], None
+
+
 def load(raw):
     """{workload: {config: [(ops_per_s, path), ...]}} from error-free JSONs, and
     {workload: {config: [(daemon CPU s per 1,000 ops, path), ...]}}, from the
@@ -129,11 +138,10 @@ def load(raw):
                 except (OSError, ValueError) as e:
                     rejected.append((os.path.relpath(path, base), f"unreadable: {e}"))
                     continue
-                runs = doc.get("runs") or []
-                if doc.get("error") or not runs or any(r.get("error") for r in runs):
-                    rejected.append((os.path.relpath(path, base), doc.get("error") or "no run / run error"))
+                summary, why = good_summary(doc)
+                if summary is None:
+                    rejected.append((os.path.relpath(path, base), why))
                     continue
-                summary = runs[-1]["summary"]
                 rel = os.path.relpath(path, base)
                 data.setdefault(fn[:-5], {}).setdefault(cfg, []).append((summary["ops_per_s"], rel))
                 secs = spans.get(fn[:-5])
