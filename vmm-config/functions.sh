@@ -10,6 +10,11 @@
 #                apt-get update (run as PREFIX apt-get ..., e.g. sudo), tried
 #                TRIES times; status 1 when every try failed
 #   cpu_seconds PID   CPU seconds of PID's threads and its descendants' (benchmarks)
+#   wait_socket SOCK PID [TENTHS]
+#                until SOCK is a socket (status 0), PID has exited (1) or
+#                TENTHS tenths of a second (default 100) have passed (2)
+#   stop_pid PID  SIGTERM, SIGKILL after 3 s, then reap it (a child of
+#                this shell); nothing when PID is empty or gone
 
 say() {
     printf 'xvfs: %s\n' "$*" >&2
@@ -92,4 +97,30 @@ cpu_seconds() {
     else
         awk -v ns="$ns" 'BEGIN {printf "%.6f\n", ns / 1e9}'
     fi
+}
+
+wait_socket() {
+    local sock=$1 pid=$2 tenths=${3:-100} i
+    for ((i = 0; i < tenths; i++)); do
+        [ -S "$sock" ] && return 0
+        kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 2
+}
+
+stop_pid() {
+    local pid=$1 i
+    [ -n "$pid" ] || return 0
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 30; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        say "pid $pid ignored SIGTERM; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
 }

@@ -55,20 +55,13 @@ dom_exists() {
     timeout 30 virsh -q domid "$DOM" >/dev/null 2>&1
 }
 
-alive() {
-    [ -n "$1" ] && [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
-}
-
 cleanup() {
     local rc=$?
     if dom_exists; then
         say "cleanup: destroying $DOM"
         timeout 60 virsh -q destroy "$DOM" >/dev/null 2>&1 || true
     fi
-    if alive "$DAEMON_PID"; then
-        kill -TERM "$DAEMON_PID" 2>/dev/null || true
-        timeout 5 tail --pid="$DAEMON_PID" -f /dev/null || kill -KILL "$DAEMON_PID" 2>/dev/null || true
-    fi
+    stop_pid "$DAEMON_PID"
     rm -rf "$SOCK_DIR"
     [ -z "$LOCK_FD" ] || exec {LOCK_FD}>&-
     return "$rc"

@@ -196,7 +196,7 @@ chmod 755 "$WRAP"
 # start_case N MODE ARGS: the daemon of case N on its own socket, as run-vm
 # would start it (the wrapper, or the --fd launcher); 0 once it listens.
 start_case() {
-    local n=$1 mode=$2 args=$3 daemon=$WRAP i
+    local n=$1 mode=$2 args=$3 daemon=$WRAP
     local -a extra=()
     read -ra extra <<<"$args"
     [ "$mode" != fd ] || daemon=$XVFS_ROOT/tests/vm/fd-launcher.py
@@ -205,24 +205,11 @@ start_case() {
         "$daemon" --socket-path "$SOCKS/$n.sock" --shared-dir "$SHARE" "${extra[@]}" \
         </dev/null >"$VMT_DIR/case-$n.log" 2>&1 &
     CASE_PID[n]=$!
-    for ((i = 0; i < 100; i++)); do
-        [ -S "$SOCKS/$n.sock" ] && return 0
-        kill -0 "${CASE_PID[$n]}" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
+    wait_socket "$SOCKS/$n.sock" "${CASE_PID[$n]}"
 }
 
 stop_case() {
-    local pid=${CASE_PID[$1]:-} i
-    [ -n "$pid" ] || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 30; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    stop_pid "${CASE_PID[$1]:-}"
     CASE_PID[$1]=
 }
 
