@@ -377,3 +377,81 @@ fn a_window_chunk_in_guest_memory_is_never_touched() {
     assert_eq!(err, 0);
     vmm.shutdown().expect("clean disconnect");
 }
+
+/// QEMU stops the queues (GET_VRING_BASE, a reset) before it reads the
+/// back-end channel again. A worker waiting there for a map's answer must
+/// give up at once, not after its 5 s deadline; the answer that comes
+/// afterwards is dropped, and since QEMU may have made that mapping after
+/// all, the next map at that place first removes whatever is there.
+#[test]
+fn a_device_stop_does_not_wait_behind_a_map() {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    use vm_memory::{Bytes, GuestAddress};
+
+    let dir = scratch_dir("dax-stop");
+    std::fs::write(dir.join("data"), vec![7u8; 2 * CHUNK as usize]).unwrap();
+    let mut vmm = start(&dir);
+    let want = P::SHMEM | P::BACKEND_REQ | P::BACKEND_SEND_FD | P::CONFIG | P::REPLY_ACK;
+    vmm.negotiate_with(u64::MAX, want | P::MQ | P::CONFIGURE_MEM_SLOTS);
+    let (qemu, daemon) = UnixStream::pair().expect("socketpair");
+    vmm.frontend
+        .set_backend_request_fd(&daemon)
+        .expect("SET_BACKEND_REQ_FD");
+    drop(daemon);
+    vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    vmm.setup_queues(2);
+    vmm.fuse_init(1);
+    let (err, entry) = vmm.fuse(1, opcode::LOOKUP, 1, b"data\0");
+    assert_eq!(err, 0);
+    let node = u64_at(&entry, 0);
+
+    let (got_map, map_seen) = mpsc::channel();
+    let (answer_now, answer) = mpsc::channel::<()>();
+    let fe = std::thread::spawn(move || {
+        let (req, ..) = read_backend(&qemu);
+        assert_eq!(req, 9, "SHMEM_MAP");
+        got_map.send(()).unwrap();
+        // QEMU is busy stopping the queues; it answers afterwards.
+        answer.recv().unwrap();
+        reply_backend(&qemu, 9, 0);
+        let (req, _, body, _) = read_backend(&qemu);
+        assert_eq!(req, 10, "the place is cleared first");
+        assert_eq!((u64_at(&body, 16), u64_at(&body, 24)), (0, CHUNK));
+        reply_backend(&qemu, 10, 0);
+        let (req, ..) = read_backend(&qemu);
+        assert_eq!(req, 9, "then mapped");
+        reply_backend(&qemu, 9, 0);
+    });
+
+    let rw = setupmapping_flags::READ | setupmapping_flags::WRITE;
+    let req = fuse_request(opcode::SETUPMAPPING, 30, node, &setup(0, 0, rw));
+    let (inb, outb) = (vmm.alloc(req.len() as u64), vmm.alloc(4096));
+    vmm.mem.write_slice(&req, GuestAddress(inb)).unwrap();
+    vmm.post(1, &[(inb, req.len() as u32, false), (outb, 4096, true)]);
+    vmm.kick(1);
+    map_seen
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the map reached QEMU");
+    let t = Instant::now();
+    vmm.reset_queue(1, |_, _| {});
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "the stop waited {:?} behind the map",
+        t.elapsed()
+    );
+    let (_, used) = vmm.wait_used(1).expect("the map was answered");
+    assert_eq!(used, 16, "an error, no data");
+    let mut out = [0u8; 16];
+    vmm.mem.read_slice(&mut out, GuestAddress(outb)).unwrap();
+    assert!(
+        i32::from_ne_bytes(out[4..8].try_into().unwrap()) < 0,
+        "the map failed"
+    );
+
+    answer_now.send(()).unwrap();
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(0, 0, rw));
+    assert_eq!(err, 0, "mapped, the late answer dropped");
+    fe.join().expect("front-end thread");
+    vmm.shutdown().expect("clean disconnect");
+}

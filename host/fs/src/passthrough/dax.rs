@@ -57,6 +57,10 @@ pub(super) struct Window {
     /// restart (the table died with the process): then a range the guest
     /// names but the table lacks may still be mapped in the front-end.
     complete: AtomicBool,
+    /// A map or unmap was given up before the front-end answered (its
+    /// deadline, or a device stop): the front-end may still carry it out,
+    /// so `maps` is never complete again, even after a reset.
+    abandoned: AtomicBool,
     counts: Counters,
 }
 
@@ -123,8 +127,19 @@ impl Window {
         self.counts.peak.fetch_max(n, Ordering::Relaxed);
     }
 
+    /// Notes a request the front-end may answer after all.
+    fn check_abandoned(&self, r: &io::Result<()>) {
+        if r.as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::TimedOut)
+        {
+            self.abandoned.store(true, Ordering::Relaxed);
+            self.complete.store(false, Ordering::Relaxed);
+        }
+    }
+
     fn unmap(&self, at: u64, len: u64) -> io::Result<()> {
         let r = self.mapper.unmap(at, len);
+        self.check_abandoned(&r);
         let c = if r.is_ok() {
             &self.counts.unmaps
         } else {
@@ -144,6 +159,7 @@ impl PassthroughFs {
             size,
             maps: Mutex::new(BTreeMap::new()),
             complete: AtomicBool::new(true),
+            abandoned: AtomicBool::new(false),
             counts: Counters::default(),
         });
     }
@@ -225,7 +241,8 @@ impl PassthroughFs {
             let mut maps = lock(&w.maps);
             maps.clear();
             w.recount(&maps);
-            w.complete.store(true, Ordering::Relaxed);
+            w.complete
+                .store(!w.abandoned.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 
@@ -292,6 +309,7 @@ impl Dax for PassthroughFs {
         let r = w
             .mapper
             .map(fd.as_fd(), file_offset, window_offset, len, writable);
+        w.check_abandoned(&r);
         match &r {
             Ok(()) => {
                 w.counts.maps.fetch_add(1, Ordering::Relaxed);

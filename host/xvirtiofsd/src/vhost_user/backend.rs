@@ -6,12 +6,15 @@
 //! NEED_REPLY and its reply awaited with a deadline, so that a front-end
 //! that stops answering costs the guest an I/O error, not a hung worker.
 //! A reply that comes after its deadline is read and dropped before the
-//! next request's own: the front-end answers in order.
+//! next request's own: the front-end answers in order. While the front-end
+//! stops the queues (GET_VRING_BASE, a reset) it reads this channel only
+//! afterwards, so no reply is awaited then: a device stop never waits out
+//! the deadline behind a map.
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -29,6 +32,10 @@ const REPLY_DEADLINE: Duration = if cfg!(test) {
     Duration::from_secs(5)
 };
 
+/// How often a wait for a reply looks whether the front-end began to stop
+/// the queues.
+const STOP_CHECK: Duration = Duration::from_millis(20);
+
 /// The channel, empty until the front-end sends its end.
 #[derive(Debug)]
 pub struct BackendChannel {
@@ -39,6 +46,8 @@ pub struct BackendChannel {
     /// Replies still to come for requests that gave up waiting; changed
     /// only under the stream's lock.
     late: AtomicU32,
+    /// The front-end is stopping the queues and reads nothing here.
+    stopping: AtomicBool,
 }
 
 impl Default for BackendChannel {
@@ -47,6 +56,7 @@ impl Default for BackendChannel {
             stream: Mutex::new(None),
             fd: AtomicI32::new(-1),
             late: AtomicU32::new(0),
+            stopping: AtomicBool::new(false),
         }
     }
 }
@@ -64,6 +74,13 @@ impl BackendChannel {
     /// takes it over; borrowed for as long as this channel lives).
     pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.fd.load(Ordering::Acquire)).filter(|&fd| fd >= 0)
+    }
+
+    /// Tells the channel that the front-end is stopping the queues (true)
+    /// or done with that (false): meanwhile no request is sent, and one
+    /// waiting gives up at once (its reply counts as late).
+    pub fn set_front_end_stopping(&self, stopping: bool) {
+        self.stopping.store(stopping, Ordering::Release);
     }
 
     /// Reads and drops what is waiting on the channel (a reply to a
@@ -95,6 +112,9 @@ impl BackendChannel {
         let Some(s) = guard.as_ref() else {
             return Err(io::Error::other("the front-end gave no back-end channel"));
         };
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(stopping_error());
+        }
         let code = u32::from(req);
         let mut msg = Vec::with_capacity(HDR_SIZE + body.len());
         msg.extend_from_slice(&code.to_ne_bytes());
@@ -138,7 +158,7 @@ impl BackendChannel {
     /// to be dropped before the next request's own.
     fn await_reply(&self, s: &UnixStream) -> io::Result<[u8; HDR_SIZE + 8]> {
         let mut reply = [0u8; HDR_SIZE + 8];
-        read_by(s, &mut reply).inspect_err(|e| {
+        read_by(s, &mut reply, &self.stopping).inspect_err(|e| {
             if e.kind() == io::ErrorKind::TimedOut {
                 self.late.fetch_add(1, Ordering::Relaxed);
             }
@@ -147,17 +167,32 @@ impl BackendChannel {
     }
 }
 
-/// Reads exactly `buf` from `s`, giving up after [`REPLY_DEADLINE`].
-fn read_by(mut s: &UnixStream, buf: &mut [u8]) -> io::Result<()> {
+fn stopping_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the front-end is stopping the device and reads no back-end request",
+    )
+}
+
+/// Reads exactly `buf` from `s`, giving up after [`REPLY_DEADLINE`], or
+/// before any byte came once `stopping` is set.
+fn read_by(mut s: &UnixStream, buf: &mut [u8], stopping: &AtomicBool) -> io::Result<()> {
     let deadline = std::time::Instant::now() + REPLY_DEADLINE;
     let mut got = 0;
     while got < buf.len() {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() || !sys::poll_readable(&[s.as_fd()], left.as_millis() as i32)?[0] {
+        if left.is_zero() {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the front-end did not answer on the back-end channel",
             ));
+        }
+        if got == 0 && stopping.load(Ordering::Acquire) {
+            return Err(stopping_error());
+        }
+        let slice = left.min(STOP_CHECK).as_millis().max(1) as i32;
+        if !sys::poll_readable(&[s.as_fd()], slice)?[0] {
+            continue;
         }
         match s.read(&mut buf[got..]) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),

@@ -317,6 +317,21 @@ impl Device {
         }
     }
 
+    /// Runs `stop` (stopping queues for the front-end) with the DAX
+    /// back-end channel told: the front-end reads that channel only once
+    /// this message is answered, so a worker's map must not wait for it.
+    fn while_front_end_stops<T>(&mut self, stop: impl FnOnce(&mut Self) -> T) -> T {
+        let channel = self.cfg.dax.as_ref().map(|(_, ch)| Arc::clone(ch));
+        if let Some(ch) = &channel {
+            ch.set_front_end_stopping(true);
+        }
+        let r = stop(self);
+        if let Some(ch) = &channel {
+            ch.set_front_end_stopping(false);
+        }
+        r
+    }
+
     fn stop_ring(&mut self, i: usize) {
         self.vrings[i].stop();
     }
@@ -407,7 +422,7 @@ impl Device {
     }
 
     fn reset(&mut self) {
-        self.stop_all();
+        self.while_front_end_stops(Self::stop_all);
         for v in &mut self.vrings {
             *v = Vring::reset(Arc::clone(&v.stats));
         }
@@ -609,7 +624,7 @@ impl Device {
                 let index = s.index;
                 self.vring(index)?;
                 let i = index as usize;
-                let base = self.vrings[i].take_base();
+                let base = self.while_front_end_stops(|d| d.vrings[i].take_base());
                 debug!("queue {i}: stopped at {base}");
                 Ok(Some(
                     VhostUserVringState::new(index, u32::from(base))
