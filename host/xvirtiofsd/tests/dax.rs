@@ -45,6 +45,17 @@ fn start(dir: &std::path::Path) -> Vmm {
     })
 }
 
+/// Gives the daemon its back-end channel (SET_BACKEND_REQ_FD) and returns
+/// QEMU's end; from then on every front-end request awaits its ack.
+fn backend_channel(vmm: &mut Vmm) -> UnixStream {
+    let (qemu, daemon) = UnixStream::pair().expect("socketpair");
+    vmm.frontend
+        .set_backend_request_fd(&daemon)
+        .expect("SET_BACKEND_REQ_FD");
+    vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    qemu
+}
+
 /// One request on the back-end channel as QEMU reads it: (request, flags,
 /// payload, descriptors).
 fn read_backend(s: &UnixStream) -> (u32, u32, Vec<u8>, Vec<OwnedFd>) {
@@ -134,12 +145,7 @@ fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
     assert_eq!(shm.nregions, 1);
     assert_eq!(shm.memory_sizes[0], WINDOW, "region 0 is the window");
     assert!(shm.memory_sizes[1..].iter().all(|&s| s == 0));
-    let (qemu, daemon) = UnixStream::pair().expect("socketpair");
-    vmm.frontend
-        .set_backend_request_fd(&daemon)
-        .expect("SET_BACKEND_REQ_FD");
-    drop(daemon);
-    vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    let qemu = backend_channel(&mut vmm);
     vmm.setup_queues(2);
 
     // INIT: the map alignment (a page) and per-inode DAX are answered when
@@ -394,12 +400,7 @@ fn a_device_stop_does_not_wait_behind_a_map() {
     let mut vmm = start(&dir);
     let want = P::SHMEM | P::BACKEND_REQ | P::BACKEND_SEND_FD | P::CONFIG | P::REPLY_ACK;
     vmm.negotiate_with(u64::MAX, want | P::MQ | P::CONFIGURE_MEM_SLOTS);
-    let (qemu, daemon) = UnixStream::pair().expect("socketpair");
-    vmm.frontend
-        .set_backend_request_fd(&daemon)
-        .expect("SET_BACKEND_REQ_FD");
-    drop(daemon);
-    vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    let qemu = backend_channel(&mut vmm);
     vmm.setup_queues(2);
     vmm.fuse_init(1);
     let (err, entry) = vmm.fuse(1, opcode::LOOKUP, 1, b"data\0");
