@@ -184,14 +184,13 @@ impl PassthroughFs {
         self.dax.is_some()
     }
 
-    /// Whether `fd` is a file of the share the guest holds: with a window,
+    /// Whether `fd` is a file of the share the guest holds. With a window,
     /// a memory region the front-end backs with such a file is a chunk of
     /// the window (QEMU adds every mapping to guest memory), never guest
-    /// RAM, and must not be mapped here: a host process may shrink the
-    /// file under it, and a touch would then be SIGBUS in the daemon.
+    /// RAM, and must not be mapped: a host process may shrink the file
+    /// under it, and a touch would then be SIGBUS in the daemon.
     pub fn is_guest_file(&self, fd: BorrowedFd<'_>) -> bool {
-        self.dax.is_some()
-            && sys::stat_fd(fd).is_ok_and(|st| self.inodes.by_key((st.st_dev, st.st_ino)).is_some())
+        sys::stat_fd(fd).is_ok_and(|st| self.inodes.by_key((st.st_dev, st.st_ino)).is_some())
     }
 
     /// The window's mappings, for a successor (live upgrade).

@@ -151,9 +151,7 @@ impl BackendChannel {
             _ => Err(io::Error::from_raw_os_error(libc::EIO)),
         }
     }
-}
 
-impl BackendChannel {
     /// One reply from `s`; when none comes in time it is counted as late,
     /// to be dropped before the next request's own.
     fn await_reply(&self, s: &UnixStream) -> io::Result<[u8; HDR_SIZE + 8]> {
