@@ -23,16 +23,15 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/vm/libvirt-agent.sh
 . "$(dirname "$0")/libvirt-agent.sh"
+# shellcheck source=tests/vm/libvirt-domain.sh
+. "$(dirname "$0")/libvirt-domain.sh"
 
-export LIBVIRT_DEFAULT_URI=qemu:///system
-VM_LOCK=/tmp/xvfs-vm.lock
 DOM=xvfs-test-$$
 TAG_M=xvfsm
 TAG_S=xvfss
 TAG_I=xvfsi
 EXT_PID=
 MANAGED_PIDS=()
-LOCK_FD=
 
 vmt_init libvirt
 SHARE_M=$VMT_DIR/share-managed
@@ -44,14 +43,6 @@ XML=$VMT_DIR/xml
 mkdir -p "$SHARE_M" "$SHARE_S" "$XML"
 # The guest, QEMU (user libvirt-qemu) and the logs need these readable.
 chmod 755 "$VMT_DIR" "$SOCK_DIR"
-
-virsh_() {
-    timeout 60 virsh -q "$@"
-}
-
-dom_exists() {
-    timeout 30 virsh -q domid "$DOM" >/dev/null 2>&1
-}
 
 alive() {
     [ -n "$1" ] && [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
@@ -67,7 +58,9 @@ wait_gone() {
 }
 
 # Stop a daemon we (or libvirt for us) started, by PID: TERM, then KILL.
-stop_pid() {
+# Not functions.sh's stop_pid: libvirt's daemons are not children of this
+# shell, and one that exited is a zombie until libvirtd reaps it.
+stop_any_pid() {
     local pid=$1
     alive "$pid" || return 0
     kill -TERM "$pid" 2>/dev/null || true
@@ -76,16 +69,13 @@ stop_pid() {
 
 cleanup() {
     local rc=$? p
-    if dom_exists; then
-        say "cleanup: destroying $DOM"
-        timeout 60 virsh -q destroy "$DOM" >/dev/null 2>&1 || true
-    fi
-    stop_pid "$EXT_PID"
+    destroy_dom
+    stop_any_pid "$EXT_PID"
     for p in "${MANAGED_PIDS[@]}"; do
-        stop_pid "$p"
+        stop_any_pid "$p"
     done
     rm -rf "$SOCK_DIR"
-    [ -z "$LOCK_FD" ] || exec {LOCK_FD}>&-
+    release_vm_lock
     return "$rc"
 }
 trap cleanup EXIT
@@ -123,13 +113,7 @@ assert_ok "libvirt-up: libvirtd and virtlogd answer" \
 LV_VERSION=$(virsh_ version 2>/dev/null | awk -F': *' '/Using library/ {print $2} /Running hypervisor/ {print $2}' | paste -sd' ')
 echo "     versions: $LV_VERSION"
 
-say "waiting for $VM_LOCK (no two VMs at once)"
-exec {LOCK_FD}>"$VM_LOCK"
-if ! flock -w 1800 "$LOCK_FD"; then
-    fail "could not get $VM_LOCK within 30 min"
-    vmt_summary
-    exit 1
-fi
+take_vm_lock
 
 # ---- 2. boot a transient domain without filesystems ------------------------
 "$XVFS_ROOT/vmm-config/xvfs-libvirt-xml" domain "$DOM" --console "$CONSOLE" \

@@ -24,18 +24,17 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/vm/libvirt-agent.sh
 . "$(dirname "$0")/libvirt-agent.sh"
+# shellcheck source=tests/vm/libvirt-domain.sh
+. "$(dirname "$0")/libvirt-domain.sh"
 # shellcheck source=vmm-config/qemu-profile.sh
 . "$XVFS_ROOT/vmm-config/qemu-profile.sh"
 
-export LIBVIRT_DEFAULT_URI=qemu:///system
-VM_LOCK=/tmp/xvfs-vm.lock
 DOM=xvfs-dax-$$
 TAG=xvfsdax
 WINDOW=256M
 EMULATOR=$XVFS_ROOT/build/runtimes/qemu-11.1/qemu-system-x86_64-libvirt
 GUEST_DIR=$(xvfs_guest_dir "${XVFS_GUEST_KERNEL:-7}")
 DAEMON_PID=
-LOCK_FD=
 
 vmt_init libvirt-dax
 SHARE=$VMT_DIR/share
@@ -47,23 +46,12 @@ mkdir -p "$SHARE"
 # QEMU (user libvirt-qemu) reaches the socket; the logs are read back here.
 chmod 755 "$VMT_DIR" "$SOCK_DIR"
 
-virsh_() {
-    timeout 60 virsh -q "$@"
-}
-
-dom_exists() {
-    timeout 30 virsh -q domid "$DOM" >/dev/null 2>&1
-}
-
 cleanup() {
     local rc=$?
-    if dom_exists; then
-        say "cleanup: destroying $DOM"
-        timeout 60 virsh -q destroy "$DOM" >/dev/null 2>&1 || true
-    fi
+    destroy_dom
     stop_pid "$DAEMON_PID"
     rm -rf "$SOCK_DIR"
-    [ -z "$LOCK_FD" ] || exec {LOCK_FD}>&-
+    release_vm_lock
     return "$rc"
 }
 trap cleanup EXIT
@@ -83,13 +71,7 @@ if [ ! -r "$GUEST_DIR/vmlinux" ]; then
     exit 1
 fi
 
-say "waiting for $VM_LOCK (no two VMs at once)"
-exec {LOCK_FD}>"$VM_LOCK"
-if ! flock -w 1800 "$LOCK_FD"; then
-    fail "could not get $VM_LOCK within 30 min"
-    vmt_summary
-    exit 1
-fi
+take_vm_lock
 
 # ---- 2. the daemon ---------------------------------------------------------
 # big.bin: two whole 2 MiB chunks, which QEMU 11.1.3 maps (docs/dax.md).
