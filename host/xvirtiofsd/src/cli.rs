@@ -6,6 +6,8 @@ use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+
+pub use crate::confine::landlock::LandlockMode;
 pub use virtio_fs_ext::config::{
     CacheMode, CrashRestartKeep, LogLevel, MigrationMode, MigrationOnError, MigrationTarget,
     Negotiation, PollMode, SandboxMode, SeccompAction,
@@ -173,6 +175,16 @@ pub struct Opt {
     /// What happens on a system call outside the allow-list.
     #[arg(long, value_enum, value_name = "ACTION", default_value = "kill")]
     pub seccomp: SeccompAction,
+
+    /// Landlock, a second wall beyond the sandbox: the serving process may
+    /// open files only beneath the shared directory (and the metrics writer
+    /// only in its directory), whatever descriptor a path starts from, with
+    /// no TCP and no signal or abstract socket out of its domain. `auto`:
+    /// enforce what the kernel's Landlock offers, and serve without it
+    /// (logged) on a kernel that has none; `required`: refuse to start
+    /// there; `off`: no Landlock.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "auto")]
+    pub landlock: LandlockMode,
 
     /// Number of request queues offered to the front-end (QEMU's num-request-queues
     /// may be up to this), from 1 to 16.

@@ -74,8 +74,9 @@ fn main() -> ExitCode {
     if opt.crash_restart && opt.holder_socket.is_none() {
         return run_holder(&opt);
     }
-    if opt.sandbox == cli::SandboxMode::Namespace {
-        let maps = opt.id_maps();
+    if opt.sandbox != cli::SandboxMode::None {
+        let namespace = opt.sandbox == cli::SandboxMode::Namespace;
+        let maps = opt.id_maps().filter(|_| namespace);
         if maps.is_some() {
             // Inside the user namespace the daemon has no rights over host
             // paths: its sockets are made now.
@@ -84,14 +85,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(EXIT_SETUP);
             }
         }
-        match sandbox::enter_pid_namespace(maps.as_ref()) {
+        match sandbox::enter_pid_namespace(maps.as_ref(), namespace) {
             Ok(sandbox::Role::Supervisor(child)) => {
                 return ExitCode::from(u8::try_from(sandbox::supervise(child)).unwrap_or(1));
             }
             Ok(sandbox::Role::Daemon) => {
-                if opt.syslog {
-                    // Tagged with this process's host pid from now on.
-                    let _ = logger::use_syslog();
+                if let Err(e) = let_go_of_inheritance(&opt) {
+                    error!("{}", error_chain(&e));
+                    return ExitCode::from(EXIT_SETUP);
                 }
             }
             Err(e) => {
@@ -130,6 +131,34 @@ fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// The serving process (the supervisor's child) closes every descriptor
+/// it inherited but those its command line names: whatever its starter
+/// left open (libvirt's pid file, a directory, a socket) stays with the
+/// supervisor, outside the sandbox, and never with the process the guest
+/// talks to. The system logger is connected anew, tagged with this
+/// process's host pid.
+fn let_go_of_inheritance(opt: &Opt) -> Result<(), daemon::SetupError> {
+    if opt.syslog {
+        sys::close_syslog();
+    }
+    let keep: Vec<i32> = [
+        opt.fd,
+        opt.control_fd,
+        opt.holder_socket,
+        opt.holder_journal,
+        opt.holder_keeper,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    sys::close_inherited(&keep)
+        .map_err(|e| daemon::SetupError::Io("closing inherited descriptors", e))?;
+    if opt.syslog {
+        let _ = logger::use_syslog();
+    }
+    Ok(())
 }
 
 /// A fresh start (the process its operator started: not a successor, not

@@ -16,7 +16,7 @@
 //! What needs a host path (sockets, the metrics file, the service manager)
 //! is opened by the callers before [`confine`].
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -25,8 +25,9 @@ use virtio_fs_ext::settings::Settings;
 use xvfs_fs::passthrough::SharedDir;
 
 use crate::cli::{Opt, SandboxMode};
+use crate::confine::landlock::{self, Beneath, LandlockMode};
 use crate::confine::{caps, sandbox};
-use crate::ops::metrics_file::MetricsWriter;
+use crate::ops::metrics_file::{MetricsWriter, WriterWalls};
 use crate::ops::service_manager::Notifier;
 use crate::settings::from_options;
 use crate::sys;
@@ -55,19 +56,39 @@ pub enum ConfineError {
     Caps(#[from] caps::CapsError),
     #[error("metrics file {0}")]
     Metrics(PathBuf, #[source] std::io::Error),
+    #[error("cannot read the descriptor table")]
+    Descriptors(#[source] std::io::Error),
+    #[error(
+        "descriptor {0} is the host directory {1}, open inside the sandbox (`..` from it \
+         would lead out): refusing to serve"
+    )]
+    StrayDirectory(RawFd, PathBuf),
+    #[error(transparent)]
+    Landlock(#[from] landlock::LandlockError),
+}
+
+/// How a serving process confines itself beyond its settings: the
+/// capabilities it keeps and `--landlock`.
+#[derive(Debug, Clone, Copy)]
+pub struct Walls {
+    /// Capabilities to keep ([`caps_mask`]).
+    pub caps: u64,
+    /// Kept on top of `caps` until [`release_extra_caps`] (a crash restart
+    /// reopens file handles with `CAP_DAC_READ_SEARCH`, then lets it go).
+    pub extra_caps: u64,
+    pub landlock: LandlockMode,
 }
 
 /// Enters the sandbox `c` chooses around `c.security.shared_dir`, opens the share
-/// from inside it, keeps the capabilities in `caps` and installs the
-/// system-call filter. Call with one thread.
-///
-/// `extra_caps` are kept on top of `caps` until [`release_extra_caps`]
-/// (a crash restart reopens file handles with `CAP_DAC_READ_SEARCH`, then
-/// lets it go).
-pub fn confine(c: &Settings, caps: u64, extra_caps: u64) -> Result<SharedDir, ConfineError> {
+/// from inside it, checks the descriptor table ([`check_descriptors`]),
+/// restricts itself with Landlock to the share, keeps the capabilities of
+/// `walls` and installs the system-call filter. Call with one thread.
+pub fn confine(c: &Settings, walls: Walls) -> Result<SharedDir, ConfineError> {
     let path = Path::new(&c.security.shared_dir);
     let md = std::fs::metadata(path).map_err(|e| ConfineError::SharedDir(path.into(), e))?;
     let asked = (md.dev(), md.ino());
+    #[cfg(feature = "fault-injection")]
+    leak_directory();
     // Without a mount namespace there is no private /proc: the host's,
     // opened before a chroot hides it (virtiofsd's chroot sandbox does the
     // same; docs/security.md says what that leaves open).
@@ -87,14 +108,23 @@ pub fn confine(c: &Settings, caps: u64, extra_caps: u64) -> Result<SharedDir, Co
         (Some(p), _) | (None, Some(p)) => p,
         (None, None) => return Err(ConfineError::OpenProc(std::io::ErrorKind::NotFound.into())),
     };
+    if c.security.sandbox != SandboxMode::None {
+        check_descriptors(root.as_fd(), proc_fd.as_fd())?;
+    }
+    // Opening file handles (a migration's destination, a crash restart)
+    // needs CAP_DAC_READ_SEARCH; only a process that holds it may call it.
+    let file_handles = (walls.caps | walls.extra_caps) & CAP_DAC_READ_SEARCH != 0;
+    let share = if file_handles {
+        Beneath::ShareByHandle
+    } else {
+        Beneath::Share
+    };
+    landlock::restrict(walls.landlock, &[(root.as_fd(), share)])?.log("the serving process", share);
     let dir = SharedDir::from_parts(root, proc_fd)?;
     if dir.key() != asked {
         return Err(ConfineError::RootReplaced(path.into()));
     }
-    caps::drop_to(caps | extra_caps)?;
-    // Opening file handles (a migration's destination, a crash restart)
-    // needs CAP_DAC_READ_SEARCH; only a process that holds it may call it.
-    let file_handles = (caps | extra_caps) & CAP_DAC_READ_SEARCH != 0;
+    caps::drop_to(walls.caps | walls.extra_caps)?;
     sandbox::seccomp(
         c.security.seccomp,
         sandbox::Profile::Serving { file_handles },
@@ -103,6 +133,39 @@ pub fn confine(c: &Settings, caps: u64, extra_caps: u64) -> Result<SharedDir, Co
     #[cfg(feature = "fault-injection")]
     crate::confine::attack::arm();
     Ok(dir)
+}
+
+/// The descriptor guard: once the sandbox is entered and the share opened
+/// from inside it, the only directories a serving process may hold are the
+/// share's root and the procfs view. A directory opened before the sandbox
+/// (an option's host path, an inherited descriptor) leads out of it: `..`
+/// from it reaches the host. Such a mistake fails loudly here, before
+/// anything is served.
+fn check_descriptors(root: BorrowedFd<'_>, proc_fd: BorrowedFd<'_>) -> Result<(), ConfineError> {
+    let fds = sys::open_fds(proc_fd).map_err(ConfineError::Descriptors)?;
+    let allowed = [root.as_raw_fd(), proc_fd.as_raw_fd()];
+    match fds
+        .into_iter()
+        .find(|fd| !allowed.contains(fd) && sys::is_directory(*fd))
+    {
+        Some(fd) => Err(ConfineError::StrayDirectory(
+            fd,
+            sys::fd_target(proc_fd, fd),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Test hook (`fault-injection` builds only): `XVFS_LEAK_DIR=PATH` opens
+/// that host directory before the sandbox and keeps it, as an option that
+/// named a host path could (the guard's test: the daemon must refuse).
+#[cfg(feature = "fault-injection")]
+fn leak_directory() {
+    if let Some(p) = std::env::var_os("XVFS_LEAK_DIR") {
+        if let Ok(fd) = sys::open_dir(Path::new(&p)) {
+            std::mem::forget(fd);
+        }
+    }
 }
 
 /// Lets go of the capabilities [`confine`] kept beyond `caps`.
@@ -135,13 +198,14 @@ pub fn prepare(opt: &Opt, shared_dir: &Path, extra_caps: u64) -> Result<Prepared
     let cfg = from_options(opt, shared_dir);
     let limit = sys::raise_nofile_limit(0).unwrap_or_else(|_| sys::nofile_limit());
     let notifier = Notifier::from_env();
-    let metrics = open_metrics(&cfg)?;
+    let walls = walls(opt, extra_caps)?;
+    let metrics = open_metrics(&cfg, &walls)?;
     let dev_null = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/null")
         .ok()
         .map(OwnedFd::from);
-    let dir = confine(&cfg, caps_mask(opt)?, extra_caps)?;
+    let dir = confine(&cfg, walls)?;
     Ok(Prepared {
         dir,
         limit,
@@ -151,12 +215,31 @@ pub fn prepare(opt: &Opt, shared_dir: &Path, extra_caps: u64) -> Result<Prepared
     })
 }
 
-/// `--metrics-file`, opened (its path only exists outside the sandbox).
-pub fn open_metrics(c: &Settings) -> Result<Option<MetricsWriter>, ConfineError> {
+/// The walls `opt` asks for.
+pub fn walls(opt: &Opt, extra_caps: u64) -> Result<Walls, ConfineError> {
+    Ok(Walls {
+        caps: caps_mask(opt)?,
+        extra_caps,
+        landlock: opt.landlock,
+    })
+}
+
+/// `--metrics-file`: its writer process started (the path only exists
+/// outside the sandbox, and the serving process must not hold its
+/// directory: [`crate::ops::metrics_file`]).
+pub fn open_metrics(c: &Settings, walls: &Walls) -> Result<Option<MetricsWriter>, ConfineError> {
+    let writer = WriterWalls {
+        caps: walls.caps,
+        landlock: walls.landlock,
+        seccomp: c.security.seccomp,
+    };
     c.operations
         .metrics_file
         .as_ref()
-        .map(|p| MetricsWriter::open(Path::new(p)).map_err(|e| ConfineError::Metrics(p.into(), e)))
+        .map(|p| {
+            MetricsWriter::open(Path::new(p), &writer)
+                .map_err(|e| ConfineError::Metrics(p.into(), e))
+        })
         .transpose()
 }
 

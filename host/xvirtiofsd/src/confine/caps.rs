@@ -125,6 +125,20 @@ pub fn drop_to(mask: u64) -> Result<(), CapsError> {
         info!("capabilities: not root, none held");
         return Ok(());
     }
+    apply(mask)?;
+    info!(
+        "capabilities: {} (supplementary groups dropped)",
+        names(mask)
+    );
+    Ok(())
+}
+
+/// [`drop_to`] without a word (for a forked helper process, which must not
+/// take the logger's locks); unprivileged, nothing to drop.
+pub fn apply(mask: u64) -> Result<(), CapsError> {
+    if sys::effective_uid() != 0 {
+        return Ok(());
+    }
     sys::drop_supplementary_groups().map_err(CapsError::Apply)?;
     for cap in 0..NAMES.len() as u32 {
         if mask & (1 << cap) == 0 {
@@ -133,10 +147,6 @@ pub fn drop_to(mask: u64) -> Result<(), CapsError> {
     }
     sys::clear_ambient_caps().map_err(CapsError::Apply)?;
     sys::set_caps(mask).map_err(CapsError::Apply)?;
-    info!(
-        "capabilities: {} (supplementary groups dropped)",
-        names(mask)
-    );
     Ok(())
 }
 

@@ -6,6 +6,8 @@
 //! - [`caps`]: the capabilities kept (`--modcaps`);
 //! - [`idmap`]: the user namespace's ID maps (`--uid-map`, `--gid-map`);
 //! - [`cgroup`]: a live upgrade's successor joining the daemon's cgroups;
+//! - [`landlock`]: the wall beyond the sandbox: files only beneath the
+//!   share (`--landlock`);
 //! - `attack` (`fault-injection` builds only): an attacker inside the
 //!   confined process, for the tests.
 
@@ -14,4 +16,5 @@ pub mod attack;
 pub mod caps;
 pub mod cgroup;
 pub mod idmap;
+pub mod landlock;
 pub mod sandbox;

@@ -34,7 +34,10 @@ pub enum SandboxError {
     Seccomp(#[source] std::io::Error),
     #[error("cannot build the seccomp filter")]
     SeccompBuild,
-    #[error("cannot enter a new PID namespace (try --sandbox chroot or none)")]
+    #[error(
+        "cannot start the daemon as the supervisor's child (with --sandbox namespace, in a new \
+         PID namespace: try --sandbox chroot or none)"
+    )]
     PidNamespace(#[source] std::io::Error),
     #[error("cannot set up the user namespace ({0})")]
     IdMap(String, #[source] std::io::Error),
@@ -70,22 +73,23 @@ pub enum Role {
     Daemon,
 }
 
-/// The first step of `--sandbox namespace`, taken while the process has one
-/// thread: a new PID namespace, which only a child can enter. The child is
-/// the daemon; the parent supervises it (see [`Role`]), so that whoever
-/// started the daemon (libvirt, systemd, a shell) keeps the pid it knows.
-/// In the namespace the daemon's /proc (mounted by [`enter`]) shows no
-/// other process of the host.
+/// The first step of `--sandbox namespace` and `chroot`, taken while the
+/// process has one thread: the daemon is a child (with `pid_ns`, in a new
+/// PID namespace, which only a child can enter); the parent supervises it
+/// (see [`Role`]), so that whoever started the daemon (libvirt, systemd, a
+/// shell) keeps the pid it knows, and what it was given (libvirt's locked
+/// pid file) stays outside the sandbox. In a PID namespace the daemon's
+/// /proc (mounted by [`enter`]) shows no other process of the host.
 ///
 /// With `maps`, the child is also in a new user namespace, whose maps the
 /// parent (still in the host's) writes before the child goes on; the child
 /// then takes ID 0 inside if it is mapped (see [`IdMaps::inside_ids`]).
-pub fn enter_pid_namespace(maps: Option<&IdMaps>) -> Result<Role, SandboxError> {
+pub fn enter_pid_namespace(maps: Option<&IdMaps>, pid_ns: bool) -> Result<Role, SandboxError> {
     let started_as = std::process::id();
     let (euid, egid) = (sys::effective_uid(), sys::effective_gid());
     let err = |e| SandboxError::PidNamespace(e);
     let sync = maps.map(|_| sys::pipe()).transpose().map_err(err)?;
-    match sys::fork_into_namespaces(maps.is_some()).map_err(err)? {
+    match sys::fork_into_namespaces(maps.is_some(), pid_ns).map_err(err)? {
         sys::Forked::Parent(child) => {
             if let (Some(m), Some((rd, wr))) = (maps, sync) {
                 drop(rd);
@@ -467,21 +471,21 @@ fn build(mismatch: Act, profile: Profile) -> Result<Vec<Vec<libc::sock_filter>>,
     }
     // Last: once it is in, `seccomp(2)` itself is no longer allowed.
     filters.push(SeccompFilter::new(allowed, mismatch, Act::Allow, arch)?);
-    filters
-        .into_iter()
-        .map(|f| {
-            let bpf = BpfProgram::try_from(f)?;
-            Ok(bpf
-                .iter()
-                .map(|i| libc::sock_filter {
-                    code: i.code,
-                    jt: i.jt,
-                    jf: i.jf,
-                    k: i.k,
-                })
-                .collect())
+    filters.into_iter().map(compile).collect()
+}
+
+/// A filter as the kernel's BPF instructions.
+fn compile(f: SeccompFilter) -> Result<Vec<libc::sock_filter>, BackendError> {
+    let bpf = BpfProgram::try_from(f)?;
+    Ok(bpf
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
         })
-        .collect()
+        .collect())
 }
 
 /// The restricted calls grouped by the errno they answer.
@@ -491,6 +495,50 @@ fn by_errno(restricted: Restricted) -> BTreeMap<i32, BTreeMap<i64, Vec<SeccompRu
         groups.entry(errno).or_default().insert(nr, rules);
     }
     groups
+}
+
+/// What the metrics writer (`crate::ops::metrics_file`) may call: read its
+/// pipe, create, write and rename files in its directory, allocate, exit.
+const WRITER_ALLOWED: &[libc::c_long] = &[
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_openat,
+    libc::SYS_close,
+    libc::SYS_fcntl,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_brk,
+    libc::SYS_madvise,
+    libc::SYS_futex,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_sigaltstack,
+    libc::SYS_restart_syscall,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+];
+
+/// The metrics writer's filter (`None` for `--seccomp none`): anything
+/// beyond [`WRITER_ALLOWED`] gets `action`. Built before the writer is
+/// forked; installed in it with [`sys::seccomp_install`].
+pub fn writer_program(
+    action: SeccompAction,
+) -> Result<Option<Vec<libc::sock_filter>>, SandboxError> {
+    let mismatch = match action {
+        SeccompAction::None => return Ok(None),
+        SeccompAction::Kill => Act::KillProcess,
+        SeccompAction::Log => Act::Log,
+        SeccompAction::Trap => Act::Trap,
+    };
+    let allowed: BTreeMap<i64, Vec<SeccompRule>> =
+        WRITER_ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    SeccompFilter::new(allowed, mismatch, Act::Allow, TargetArch::x86_64)
+        .and_then(compile)
+        .map(Some)
+        .map_err(|_| SandboxError::SeccompBuild)
 }
 
 /// Installs the filters chosen with `--seccomp` on every thread.

@@ -29,7 +29,7 @@ use crate::ops::metrics_file::{MetricsHandle, MetricsWriter};
 use crate::ops::service_manager::Notifier;
 use crate::settings::{device_config, from_options, fs_config, max_open};
 use crate::setup::Prepared;
-use crate::setup::{caps_mask, confine, open_metrics, CAP_DAC_READ_SEARCH};
+use crate::setup::{caps_mask, confine, open_metrics, walls, CAP_DAC_READ_SEARCH};
 use crate::upgrade::handover::{self, Incoming, Outgoing};
 use crate::vhost_user::backend::BackendChannel;
 use crate::vhost_user::{Connection, Device, ServeEnd};
@@ -140,9 +140,10 @@ impl Daemon {
         let listener = listen(opt)?;
         let (control, control_path) = bind_control(opt);
         let notifier = Notifier::from_env();
-        let metrics = open_metrics(&cfg)?;
+        let walls = walls(opt, 0)?;
+        let metrics = open_metrics(&cfg, &walls)?;
         let fs_cfg = fs_config(&cfg, max_open)?;
-        let dir = confine(&cfg, caps_mask(opt)?, 0)?;
+        let dir = confine(&cfg, walls)?;
         let mut fs = PassthroughFs::on(fs_cfg, dir).map_err(SetupError::Fs)?;
         if let Some(size) = opt.dax_window {
             let channel = Arc::new(BackendChannel::default());

@@ -7,7 +7,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
+mod fds;
+pub mod landlock;
 mod process;
+pub use fds::*;
 pub use process::*;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -700,6 +703,13 @@ pub fn open_syslog(ident: &'static std::ffi::CStr) {
     // SAFETY: the ident is a static NUL-terminated string, valid for the
     // whole process as openlog requires; the flags are plain constants.
     unsafe { libc::openlog(ident.as_ptr(), libc::LOG_NDELAY, libc::LOG_DAEMON) };
+}
+
+/// Closes the C library's connection to the system logger (the next
+/// [`open_syslog`] connects anew).
+pub fn close_syslog() {
+    // SAFETY: closelog takes no arguments.
+    unsafe { libc::closelog() };
 }
 
 /// Sends one message to the system logger at `priority` (`LOG_ERR`…).

@@ -7,22 +7,25 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use super::cvt;
 
-/// Who a process is after [`fork_into_namespaces`].
+/// Who a process is after [`fork_into_namespaces`] or [`fork`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forked {
     /// The original process; the argument is the child's pid.
     Parent(libc::pid_t),
-    /// The child: the first process of a new PID namespace.
+    /// The child (with a new PID namespace, its first process).
     Child,
 }
 
-/// `clone()` as a fork into a new PID namespace, and a new user namespace
-/// first if `user` (the PID namespace is then the user namespace's, which
-/// lets the child mount its /proc): the child is process 1 of the PID
-/// namespace and is killed (SIGKILL) if the parent dies. Call while the
-/// process has a single thread.
-pub fn fork_into_namespaces(user: bool) -> io::Result<Forked> {
-    let mut flags = libc::CLONE_NEWPID | libc::SIGCHLD;
+/// `clone()` as a fork, into a new PID namespace if `pid`, and a new user
+/// namespace first if `user` (the PID namespace is then the user
+/// namespace's, which lets the child mount its /proc): the child is
+/// process 1 of the PID namespace and is killed (SIGKILL) if the parent
+/// dies. Call while the process has a single thread.
+pub fn fork_into_namespaces(user: bool, pid: bool) -> io::Result<Forked> {
+    let mut flags = libc::SIGCHLD;
+    if pid {
+        flags |= libc::CLONE_NEWPID;
+    }
     if user {
         flags |= libc::CLONE_NEWUSER;
     }
@@ -48,6 +51,38 @@ pub fn fork_into_namespaces(user: bool) -> io::Result<Forked> {
         }
         child => Ok(Forked::Parent(child)),
     }
+}
+
+/// `fork(3)`: the child is a copy of this process whose one thread is the
+/// caller's; the C library's fork handlers run, so its allocator is usable
+/// in the child. The child is killed (SIGKILL) if the parent dies.
+pub fn fork() -> io::Result<Forked> {
+    // SAFETY: fork takes no arguments; the child only continues on the
+    // calling thread's path, which the callers keep short.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: prctl with integer arguments.
+            cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+            Ok(Forked::Child)
+        }
+        child => Ok(Forked::Parent(child)),
+    }
+}
+
+/// Writes `msg` to standard error with one `write(2)`, taking no lock (for
+/// a forked child, which must not wait on a lock of its parent's threads).
+pub fn write_stderr(msg: &str) {
+    // SAFETY: msg is valid for its length; a short or failed write of a
+    // diagnostic is ignored.
+    let _ = unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+/// `_exit(2)`: ends the process at once (no exit handlers, no flushing of
+/// a parent's buffers copied by a fork).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer and does not return.
+    unsafe { libc::_exit(code) }
 }
 
 /// Signals a supervising parent passes on to its child.
