@@ -22,6 +22,17 @@
 //!   exported handle, does): it gets an error, and the secret is never
 //!   reached.
 //!
+//! Every host path option is given (issue 45): `--metrics-file` in a
+//! directory outside the share, `--control`, `--socket-path`, and a pid file
+//! left open and locked by the starter, as libvirt leaves it. No descriptor
+//! of the serving process may be the metrics file's directory or the pid
+//! file (the supervisor keeps the latter, outside the sandbox).
+//!
+//! Landlock alone (`--sandbox chroot` and `none`, no mount namespace) still
+//! refuses the attacker's walk; with `--landlock off` in a chroot the walk
+//! through the host's /proc reaches the host (the control). A directory
+//! held into the sandbox makes the daemon refuse to start (the guard).
+//!
 //! Control: with `--sandbox none` (which opens the share by host path and
 //! says in its warning that only the file-system layer confines paths) the
 //! same LOOKUP ".." reaches the outside directory, so the test can see an
@@ -46,6 +57,10 @@ struct Setup {
     ctl: PathBuf,
     sock: PathBuf,
     log: PathBuf,
+    /// `--metrics-file`, in a directory of its own outside the share.
+    metrics: PathBuf,
+    /// The starter's pid file (libvirt's way: open, locked, inherited).
+    pidfile: PathBuf,
     _host_socket: UnixListener,
     victim: Child,
 }
@@ -58,12 +73,16 @@ impl Setup {
         std::fs::create_dir_all(share.join("a/held")).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("secret"), "host secret\n").unwrap();
+        std::fs::create_dir_all(dir.join("metrics")).unwrap();
+        std::fs::create_dir_all(dir.join("run")).unwrap();
         let host_socket = UnixListener::bind(dir.join("host.sock")).unwrap();
         let victim = Command::new("sleep").arg("120").spawn().unwrap();
         Setup {
             ctl: dir.join("ctl.sock"),
             sock: dir.join("vhost.sock"),
             log: dir.join("daemon.log"),
+            metrics: dir.join("metrics/m.json"),
+            pidfile: dir.join("run/xvfs.pid"),
             dir,
             share,
             outside,
@@ -77,6 +96,7 @@ impl Setup {
             format!("--shared-dir={}", self.share.display()),
             format!("--socket-path={}", self.sock.display()),
             format!("--control={}", self.ctl.display()),
+            format!("--metrics-file={}", self.metrics.display()),
         ];
         a.extend(extra.iter().map(|s| s.to_string()));
         a
@@ -89,7 +109,7 @@ impl Setup {
             .env("XVFS_ATTACK_VICTIM", self.victim.id().to_string());
     }
 
-    fn start(&self, extra: &[&str]) -> Running {
+    fn command(&self, extra: &[&str]) -> Command {
         let log = std::fs::File::create(&self.log).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvirtiofsd"));
         cmd.args(self.args(extra))
@@ -97,7 +117,12 @@ impl Setup {
             .stdout(Stdio::null())
             .stderr(log);
         self.attacker_env(&mut cmd);
-        let child = Running(cmd.spawn().unwrap());
+        with_pid_file(&mut cmd, &self.pidfile);
+        cmd
+    }
+
+    fn start(&self, extra: &[&str]) -> Running {
+        let child = Running(self.command(extra).spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.sock.exists() {
             assert!(Instant::now() < deadline, "daemon did not listen");
@@ -115,6 +140,81 @@ impl Setup {
         let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap();
         v["serving_pid"].as_u64().expect("serving_pid") as u32
     }
+}
+
+/// As libvirt starts a daemon: in the child, before exec, the pid file is
+/// opened (inherited: no close-on-exec), locked and given the child's pid.
+fn with_pid_file(cmd: &mut Command, path: &Path) {
+    use std::os::unix::process::CommandExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: the closure makes only async-signal-safe calls (open, fcntl,
+    // ftruncate, write, getpid) on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o644);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let lock = libc::flock {
+                l_type: libc::F_WRLCK as libc::c_short,
+                l_whence: libc::SEEK_SET as libc::c_short,
+                l_start: 0,
+                l_len: 0,
+                l_pid: 0,
+            };
+            if libc::fcntl(fd, libc::F_SETLK, &lock) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut digits = [0u8; 12];
+            let mut n = libc::getpid() as u32;
+            let mut i = digits.len();
+            loop {
+                i -= 1;
+                digits[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            libc::ftruncate(fd, 0);
+            libc::write(fd, digits[i..].as_ptr().cast(), digits.len() - i);
+            Ok(())
+        });
+    }
+}
+
+/// Device and inode of `path`.
+fn key(path: &Path) -> (u64, u64) {
+    let md = std::fs::metadata(path).unwrap();
+    (md.dev(), md.ino())
+}
+
+/// Whether process `pid` holds a descriptor of the file or directory `what`.
+fn holds(pid: u32, what: &Path) -> bool {
+    let want = key(what);
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::metadata(e.path()).ok())
+        .any(|md| (md.dev(), md.ino()) == want)
+}
+
+/// Whether another process holds a write lock on the pid file.
+fn pid_file_locked(path: &Path) -> bool {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    use std::os::fd::AsRawFd;
+    let mut probe = lock;
+    // SAFETY: a valid descriptor and flock struct; F_GETLK only reports.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETLK, &mut probe) };
+    assert_eq!(r, 0);
+    probe.l_type != libc::F_UNLCK as libc::c_short
 }
 
 /// The daemon started; killed (the supervisor passes SIGKILL's effect on:
@@ -288,9 +388,30 @@ fn assert_moved_out_refused(s: &Setup, vmm: &mut Vmm, lifecycle: &str) {
     );
 }
 
+/// Neither the metrics file's directory nor the starter's pid file is held
+/// by the serving process; the metrics file is still written. (With
+/// `--sandbox none` the serving process is the one started, and keeps the
+/// pid file: `pid_file_too` false.)
+fn assert_paths_not_held(s: &Setup, lifecycle: &str, pid_file_too: bool) {
+    let pid = s.serving_pid();
+    let metrics_dir = s.metrics.parent().unwrap();
+    assert!(
+        !holds(pid, metrics_dir),
+        "{lifecycle}: the serving process holds the metrics file's directory"
+    );
+    assert!(
+        !pid_file_too || !holds(pid, &s.pidfile),
+        "{lifecycle}: the serving process holds the starter's pid file"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&s.metrics).unwrap()).unwrap();
+    assert!(v["queues"].is_array(), "{lifecycle}: metrics file {v}");
+}
+
 fn check_all(s: &Setup, vmm: &mut Vmm, lifecycle: &str) {
     assert_contained(s, lifecycle);
     assert_fds_inside(s, lifecycle);
+    assert_paths_not_held(s, lifecycle, true);
     assert_moved_out_refused(s, vmm, lifecycle);
     let (err, _) = vmm.fuse(1, FUSE_GETATTR, 1, &[0u8; 16]);
     assert_eq!(err, 0, "{lifecycle}: still serving");
@@ -302,6 +423,10 @@ fn fresh_start_and_live_upgrade_hold_the_attacker() {
     let child = s.start(&[]);
     let mut vmm = connect(&s);
     check_all(&s, &mut vmm, "fresh start");
+    // libvirt's pid file stays with the process it started (outside the
+    // sandbox), locked.
+    assert!(holds(child.0.id(), &s.pidfile));
+    assert!(pid_file_locked(&s.pidfile));
     let mut up = Command::new(env!("CARGO_BIN_EXE_xvirtiofsd"));
     up.arg("upgrade")
         .arg(format!("--control={}", s.ctl.display()))
@@ -368,4 +493,62 @@ fn without_the_sandbox_the_moved_out_lookup_escapes() {
     );
     drop(vmm);
     drop(child);
+}
+
+/// Landlock holds on its own: without a mount namespace (`--sandbox
+/// chroot`, whose /proc is the host's, and `--sandbox none`), the
+/// attacker's walk from every directory descriptor and by absolute path is
+/// refused.
+#[test]
+fn landlock_alone_refuses_the_walk() {
+    for mode in ["chroot", "none"] {
+        let s = Setup::new(&format!("landlock-{mode}"));
+        let child = s.start(&[&format!("--sandbox={mode}")]);
+        let vmm = connect(&s);
+        assert_contained(&s, &format!("--sandbox {mode}, Landlock alone"));
+        assert!(
+            s.log().contains("Landlock: ABI"),
+            "--sandbox {mode}: no Landlock line:\n{}",
+            s.log()
+        );
+        assert_paths_not_held(&s, mode, mode != "none");
+        drop(vmm);
+        drop(child);
+    }
+}
+
+/// Control: the same attacker in a chroot without Landlock reaches the host
+/// through the host's /proc (what Landlock refuses above).
+#[test]
+fn without_landlock_a_chroot_walk_escapes() {
+    let s = Setup::new("nolandlock");
+    let child = s.start(&["--sandbox=chroot", "--landlock=off"]);
+    let vmm = connect(&s);
+    let log = attack(&s);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("-target ESCAPED") || l.contains("core_pattern ESCAPED")),
+        "control: no escape seen without Landlock:\n{log}"
+    );
+    drop(vmm);
+    drop(child);
+}
+
+/// The guard: a host directory held into the sandbox (as an option that
+/// opened one before confining would) makes the daemon refuse to serve.
+#[test]
+fn a_directory_held_into_the_sandbox_is_refused() {
+    for mode in ["namespace", "chroot"] {
+        let s = Setup::new(&format!("guard-{mode}"));
+        let mut cmd = s.command(&[&format!("--sandbox={mode}")]);
+        cmd.env("XVFS_LEAK_DIR", &s.outside);
+        let status = cmd.status().unwrap();
+        let log = s.log();
+        assert_eq!(status.code(), Some(3), "--sandbox {mode}:\n{log}");
+        assert!(
+            log.contains("is the host directory") && log.contains("refusing to serve"),
+            "--sandbox {mode}:\n{log}"
+        );
+        assert!(log.contains(&s.outside.display().to_string()), "{log}");
+    }
 }

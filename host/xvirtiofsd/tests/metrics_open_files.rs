@@ -7,13 +7,19 @@
 mod common;
 
 use common::*;
-use xvirtiofsd::ops::metrics_file::MetricsWriter;
+use xvirtiofsd::cli::LandlockMode;
+use xvirtiofsd::ops::metrics_file::{MetricsWriter, WriterWalls};
 
 #[test]
 fn metrics_report_open_files() {
     let dir = scratch_dir("metrics-open");
     let path = dir.with_extension("metrics.json");
-    let w = MetricsWriter::open(&path).unwrap();
+    let walls = WriterWalls {
+        caps: 0,
+        landlock: LandlockMode::Auto,
+        seccomp: virtio_fs_ext::config::SeccompAction::Kill,
+    };
+    let w = MetricsWriter::open(&path, &walls).unwrap();
     let handle = w.start(Vec::new(), server_for(&dir));
     handle.finish();
     let v: serde_json::Value =
