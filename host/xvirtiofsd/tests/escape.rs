@@ -552,3 +552,40 @@ fn a_directory_held_into_the_sandbox_is_refused() {
         assert!(log.contains(&s.outside.display().to_string()), "{log}");
     }
 }
+
+/// On a kernel without Landlock (played by the test hook), `--landlock
+/// auto` says so and serves; `--landlock required` refuses to start.
+#[test]
+fn without_landlock_in_the_kernel_auto_serves_and_required_refuses() {
+    let s = Setup::new("nokernel");
+    let mut cmd = s.command(&["--landlock=required"]);
+    cmd.env("XVFS_NO_LANDLOCK", "1");
+    let status = cmd.status().unwrap();
+    assert_eq!(status.code(), Some(3), "{}", s.log());
+    assert!(
+        s.log().contains("--landlock required, but this kernel has no Landlock"),
+        "{}",
+        s.log()
+    );
+    // The refused start bound its socket before it confined itself.
+    let _ = std::fs::remove_file(&s.sock);
+    let mut cmd = s.command(&[]);
+    cmd.env("XVFS_NO_LANDLOCK", "1");
+    let child = Running(cmd.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !s.sock.exists() {
+        assert!(Instant::now() < deadline, "daemon did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut vmm = connect(&s);
+    let (err, _) = vmm.fuse(1, FUSE_GETATTR, 1, &[0u8; 16]);
+    assert_eq!(err, 0, "serves without Landlock");
+    assert!(
+        s.log().contains("Landlock: not available in this kernel")
+            && s.log().contains("runs without it"),
+        "{}",
+        s.log()
+    );
+    drop(vmm);
+    drop(child);
+}

@@ -166,6 +166,16 @@ impl Outcome {
     }
 }
 
+/// The running kernel's Landlock ABI. Test hook (`fault-injection`
+/// builds only): `XVFS_NO_LANDLOCK=1` plays a kernel without Landlock.
+fn kernel_abi() -> io::Result<u32> {
+    #[cfg(feature = "fault-injection")]
+    if std::env::var_os("XVFS_NO_LANDLOCK").is_some() {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    }
+    sys::abi_version()
+}
+
 /// Restricts this thread (and the threads it starts later) to `rules`
 /// under `mode`, without a word (a forked helper process must not take the
 /// logger's locks: the caller logs [`Outcome::log`]). Call with one thread;
@@ -177,7 +187,7 @@ pub fn restrict(
     if mode == LandlockMode::Off {
         return Ok(Outcome::Off);
     }
-    let abi = match sys::abi_version() {
+    let abi = match kernel_abi() {
         Ok(v) => v,
         Err(e) if mode == LandlockMode::Required => return Err(LandlockError::Unavailable(e)),
         Err(e) => return Ok(Outcome::Unavailable(e)),
