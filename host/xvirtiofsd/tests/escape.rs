@@ -427,12 +427,21 @@ fn fresh_start_and_live_upgrade_hold_the_attacker() {
     // sandbox), locked.
     assert!(holds(child.0.id(), &s.pidfile));
     assert!(pid_file_locked(&s.pidfile));
+    upgrade(&s, &[]);
+    check_all(&s, &mut vmm, "after a live upgrade");
+    drop(vmm);
+    drop(child);
+}
+
+/// `xvirtiofsd upgrade` of the daemon to the same binary, with the same
+/// options (`extra` too).
+fn upgrade(s: &Setup, extra: &[&str]) {
     let mut up = Command::new(env!("CARGO_BIN_EXE_xvirtiofsd"));
     up.arg("upgrade")
         .arg(format!("--control={}", s.ctl.display()))
         .arg(format!("--binary={}", env!("CARGO_BIN_EXE_xvirtiofsd")))
         .arg("--")
-        .args(s.args(&[]))
+        .args(s.args(extra))
         .stdin(Stdio::null())
         // Files, not pipes: the successor's supervisor keeps them open.
         .stdout(std::fs::File::create(s.dir.join("upgrade.out")).unwrap())
@@ -444,7 +453,29 @@ fn fresh_start_and_live_upgrade_hold_the_attacker() {
         "upgrade: {}",
         std::fs::read_to_string(s.dir.join("upgrade.err")).unwrap_or_default()
     );
-    check_all(&s, &mut vmm, "after a live upgrade");
+}
+
+/// `--sandbox chroot` is supervised too: the serving process is a child
+/// that holds neither the pid file nor the metrics directory, the started
+/// process keeps the pid file locked, and a live upgrade carries on, with
+/// Landlock holding the walk before and after.
+#[test]
+fn a_chroot_daemon_is_supervised_and_upgrades() {
+    let s = Setup::new("chroot-upgrade");
+    let child = s.start(&["--sandbox=chroot"]);
+    let mut vmm = connect(&s);
+    assert_ne!(s.serving_pid(), child.0.id(), "serves in a child");
+    assert_contained(&s, "chroot");
+    assert_paths_not_held(&s, "chroot", true);
+    assert!(holds(child.0.id(), &s.pidfile));
+    assert!(pid_file_locked(&s.pidfile));
+    let first = s.serving_pid();
+    upgrade(&s, &["--sandbox=chroot"]);
+    assert_ne!(s.serving_pid(), first, "a successor serves");
+    assert_contained(&s, "chroot, after a live upgrade");
+    assert_paths_not_held(&s, "chroot, after a live upgrade", true);
+    let (err, _) = vmm.fuse(1, FUSE_GETATTR, 1, &[0u8; 16]);
+    assert_eq!(err, 0, "still serving");
     drop(vmm);
     drop(child);
 }
@@ -563,7 +594,8 @@ fn without_landlock_in_the_kernel_auto_serves_and_required_refuses() {
     let status = cmd.status().unwrap();
     assert_eq!(status.code(), Some(3), "{}", s.log());
     assert!(
-        s.log().contains("--landlock required, but this kernel has no Landlock"),
+        s.log()
+            .contains("--landlock required, but this kernel has no Landlock"),
         "{}",
         s.log()
     );
