@@ -82,6 +82,8 @@ CASES=(
     "--migration-target|plain|--migration-mode file-handles --migration-target virtiofsd|refuse:virtiofsd reads file handles only from its own mounts"
     "--no-device-nodes|plain|--no-device-nodes|serve"
     "--no-setid|plain|--no-setid|serve"
+    "--landlock|plain|--landlock required|serve"
+    "--landlock|plain|--landlock off|serve"
     "--crash-restart|plain|--crash-restart|serve"
     "--crash-restart-limit|plain|--crash-restart --crash-restart-limit 3/60|serve"
     "--crash-restart-keep|plain|--crash-restart --crash-restart-keep all|serve"
