@@ -4,7 +4,8 @@
 #![cfg(feature = "fault-injection")]
 //! The crash-restart holder (`--crash-restart`, issue 45): the real binary
 //! of a `fault-injection` build, a front-end played by this test over its
-//! vhost-user socket. Run with
+//! vhost-user socket (and, with a DAX window, QEMU's end of the back-end
+//! channel). Run with
 //! `cargo test -p xvirtiofsd --features fault-injection --test holder`
 //! (`make test` does). Needs root.
 //!
@@ -13,18 +14,27 @@
 //!   stopped, and the crash loop ends in EIO, never a hang.
 //! - A malformed message to the holder closes that socket: the serving
 //!   process goes on (its sends fail), it never waits for a reader.
+//! - A holder that gave up answers every request with an error, DAX window
+//!   and all, as an unprivileged uid in a user namespace of its own, on an
+//!   empty root, with no share file mapped.
 
 mod common;
 
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use vhost::vhost_user::message::VhostUserHeaderFlag;
+use vhost::vhost_user::VhostUserFrontend;
+use vhost::vhost_user::VhostUserProtocolFeatures as P;
 use vhost::VhostBackend;
 use vm_memory::{Bytes, GuestAddress};
-use xvfs_fs::abi::opcode;
+use xvfs_fs::abi::{init_flags, opcode, setupmapping_flags, SetupMappingIn, Wire};
 
 /// The holder's READY wait (`crash_restart::holder::READY_WAIT`).
 const READY_WAIT: Duration = xvirtiofsd::crash_restart::holder::READY_WAIT;
@@ -286,4 +296,192 @@ fn a_bad_keep_message_closes_the_socket() {
     assert_eq!(err, 0);
     drop(vmm);
     drop(child);
+}
+
+const WINDOW: u64 = 8 << 20;
+const CHUNK: u64 = 2 << 20;
+const CHUNK_GPA: u64 = 0x1_0000_0000;
+
+fn setup_mapping(node: u64, vmm: &mut Vmm) -> i32 {
+    let m = SetupMappingIn {
+        fh: u64::MAX,
+        foffset: 0,
+        len: CHUNK,
+        flags: setupmapping_flags::READ | setupmapping_flags::WRITE,
+        moffset: 0,
+    };
+    vmm.fuse(1, opcode::SETUPMAPPING, node, &m.to_bytes()).0
+}
+
+/// QEMU's side of the back-end channel: answers one SHMEM_MAP with 0.
+fn answer_one_map(qemu: &UnixStream) {
+    use std::io::{Read, Write};
+    let mut hdr = [0u8; 12];
+    let mut fds = [0i32; 4];
+    let mut iov = [libc::iovec {
+        iov_base: hdr.as_mut_ptr().cast(),
+        iov_len: hdr.len(),
+    }];
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    // SAFETY: the iovec points at `hdr`, which outlives the call; the
+    // descriptors received are closed below.
+    let (n, nfds) = unsafe { qemu.recv_with_fds(&mut iov, &mut fds) }.expect("recv");
+    for &fd in &fds[..nfds] {
+        // SAFETY: received for this process, closed once.
+        unsafe { libc::close(fd) };
+    }
+    assert_eq!(n, 12);
+    let req = u32::from_ne_bytes(hdr[0..4].try_into().unwrap());
+    assert_eq!(req, 9, "SHMEM_MAP");
+    let mut body = vec![0u8; u32::from_ne_bytes(hdr[8..12].try_into().unwrap()) as usize];
+    (&*qemu).read_exact(&mut body).unwrap();
+    let mut m = Vec::new();
+    m.extend_from_slice(&9u32.to_ne_bytes());
+    m.extend_from_slice(&0x5u32.to_ne_bytes());
+    m.extend_from_slice(&8u32.to_ne_bytes());
+    m.extend_from_slice(&0u64.to_ne_bytes());
+    (&*qemu).write_all(&m).unwrap();
+}
+
+fn status_ids(pid: u32, field: &str) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("{field} in {status}"));
+    line.split_whitespace()
+        .skip(1)
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+/// The holder gives up (`--crash-restart-limit 1/600`, the restarted
+/// process dies at once) while the guest has a file mapped through the
+/// DAX window, the chunk in guest memory as QEMU adds it. It answers
+/// every FUSE request with EIO (SETUPMAPPING and REMOVEMAPPING too, with
+/// nothing on the back-end channel) and every vhost-user message, never
+/// faults on the chunk after a host truncate, and does so as uid 65534 in
+/// a user namespace of its own, on an empty root, with no share file
+/// mapped.
+#[test]
+fn a_holder_that_gave_up_refuses_everything_with_a_window() {
+    use vhost::VhostUserMemoryRegionInfo;
+    let s = Setup::new("giveup-dax");
+    std::fs::write(s.share.join("data"), vec![7u8; 2 * CHUNK as usize]).unwrap();
+    let data_ino = std::fs::metadata(s.share.join("data")).unwrap().ino();
+    let child = s.start(
+        &[
+            "--crash-restart-limit=1/600",
+            "--dax-window=8M",
+            "--tag=dax",
+        ],
+        Some("die-on-restart"),
+    );
+    let holder = child.0.id();
+    let mut vmm = Vmm::connect(&s.sock, 2);
+    let acked = P::SHMEM | P::BACKEND_REQ | P::BACKEND_SEND_FD | P::CONFIG | P::REPLY_ACK;
+    vmm.negotiate_with(u64::MAX, acked | P::MQ | P::CONFIGURE_MEM_SLOTS);
+    assert_eq!(
+        vmm.frontend.get_shmem_config().unwrap().memory_sizes[0],
+        WINDOW
+    );
+    let (qemu, daemon) = UnixStream::pair().unwrap();
+    vmm.frontend.set_backend_request_fd(&daemon).unwrap();
+    vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    vmm.setup_queues(2);
+    let low = (init_flags::MAP_ALIGNMENT | init_flags::INIT_EXT) as u32;
+    let init = xvfs_fs::testing::init_in(41, low, 0).to_bytes();
+    assert_eq!(vmm.fuse(1, opcode::INIT, 0, &init).0, 0);
+    let node = lookup(&mut vmm, "data");
+    let fe = std::thread::spawn(move || {
+        answer_one_map(&qemu);
+        qemu
+    });
+    assert_eq!(setup_mapping(node, &mut vmm), 0, "mapped");
+    let qemu = fe.join().unwrap();
+    // As QEMU does once it has mapped it: the chunk is guest memory.
+    let data = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(s.share.join("data"))
+        .unwrap();
+    let chunk = VhostUserMemoryRegionInfo {
+        guest_phys_addr: CHUNK_GPA,
+        memory_size: CHUNK,
+        userspace_addr: 0x7e00_0000_0000,
+        mmap_offset: 0,
+        mmap_handle: data.as_raw_fd(),
+    };
+    vmm.frontend.add_mem_region(&chunk).expect("ADD_MEM_REG");
+
+    s.crash();
+    let err = getattr_within(&mut vmm, node, Duration::from_secs(20));
+    let log = s.log();
+    assert_eq!(err, Some(-libc::EIO), "EIO, not a hang:\n{log}");
+    assert!(
+        log.contains("giving up (--crash-restart-limit 1/600)"),
+        "{log}"
+    );
+    assert_eq!(setup_mapping(node, &mut vmm), -libc::EIO, "SETUPMAPPING");
+    let mut rm = 1u32.to_ne_bytes().to_vec();
+    rm.extend_from_slice(&0u64.to_ne_bytes());
+    rm.extend_from_slice(&CHUNK.to_ne_bytes());
+    assert_eq!(vmm.fuse(1, opcode::REMOVEMAPPING, 0, &rm).0, -libc::EIO);
+    qemu.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        std::io::Read::read(&mut &qemu, &mut byte).is_err(),
+        "nothing on the back-end channel"
+    );
+    // A host process shrinks the file; the guest points a reply there.
+    data.set_len(0).unwrap();
+    let req = fuse_request(opcode::GETATTR, 90, node, &[0u8; 16]);
+    let inb = vmm.alloc(req.len() as u64);
+    vmm.mem.write_slice(&req, GuestAddress(inb)).unwrap();
+    vmm.post(
+        1,
+        &[(inb, req.len() as u32, false), (CHUNK_GPA, 4096, true)],
+    );
+    vmm.kick(1);
+    assert_eq!(vmm.wait_used(1).expect("answered").1, 0, "nothing written");
+
+    // Who answers: uid and gid 65534, its own user namespace, an empty root,
+    // and no share file mapped.
+    assert_eq!(status_ids(holder, "Uid:"), vec![65534; 4]);
+    assert_eq!(status_ids(holder, "Gid:"), vec![65534; 4]);
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap();
+    assert_ne!(
+        ns(&holder.to_string()),
+        ns("self"),
+        "a user namespace of its own"
+    );
+    let root: Vec<_> = std::fs::read_dir(format!("/proc/{holder}/root"))
+        .unwrap()
+        .collect();
+    assert!(root.is_empty(), "an empty root: {root:?}");
+    let maps = std::fs::read_to_string(format!("/proc/{holder}/maps")).unwrap();
+    assert!(
+        !maps.lines().any(
+            |l| l.split_whitespace().nth(4) == Some(&data_ino.to_string()) && l.contains("data")
+        ),
+        "the share file is not mapped:\n{maps}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{holder}/status")).unwrap();
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+
+    // vhost-user messages are answered too; the chunk leaves as it came.
+    vmm.frontend.remove_mem_region(&chunk).expect("REM_MEM_REG");
+    vmm.frontend.get_vring_base(1).expect("GET_VRING_BASE");
+    drop(vmm);
+    let mut child = child;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(Instant::now() < deadline, "the holder did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(1), "the holder that gave up ends with status 1");
 }

@@ -38,8 +38,8 @@
 //! guest input; signals it receives (SIGTERM, SIGINT, ...) go to the
 //! serving process, and then its end is not a crash. Once started it keeps
 //! no effective capability but those it needs to give up (CAP_SETPCAP,
-//! CAP_SETGID: to drop the rest for good); its serving processes get theirs
-//! from the bounding set when they start.
+//! CAP_SETUID, CAP_SETGID: to drop the rest and root for good); its serving
+//! processes get theirs from the bounding set when they start.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -100,8 +100,9 @@ fn stopping() -> bool {
     STOPPING.load(Ordering::SeqCst)
 }
 
-/// CAP_SETGID and CAP_SETPCAP: what dropping every capability needs.
-const GIVE_UP_CAPS: u64 = 1 << 6 | 1 << 8;
+/// CAP_SETGID, CAP_SETUID and CAP_SETPCAP: what giving up needs (dropping
+/// every capability and root, [`give_up`]).
+const GIVE_UP_CAPS: u64 = 1 << 6 | 1 << 7 | 1 << 8;
 
 /// The last checkpoint: the state blob and its descriptors.
 struct Checkpoint {
@@ -176,7 +177,7 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
                  (--crash-restart-limit {n}/{secs})"
             );
             let last = last.as_ref().map(|cp| (&cp.blob[..], &cp.fds[..]));
-            return Ok(give_up::run(opt, fallback, last, kept));
+            return Ok(give_up::run(opt, fallback, last, &journal, kept));
         }
         let backoff = crashes.backoff();
         error!(
