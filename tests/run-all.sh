@@ -67,9 +67,10 @@ step_simple() {
 step_cargo_test() {
     local rc=0 p f
     # Then the tests that need the test hooks of a fault-injection build
-    # (the attacker inside the sandbox: tests/escape.rs).
+    # (the attacker inside the sandbox: tests/escape.rs; the crash-restart
+    # holder's faults: tests/holder.rs).
     run_logged cargo-test bash -c 'cd host && cargo test --workspace &&
-        cargo test -p xvirtiofsd --features fault-injection --test escape' || rc=$?
+        cargo test -p xvirtiofsd --features fault-injection --test escape --test holder' || rc=$?
     read -r p f < <(awk '/^test result:/ {for (i = 1; i < NF; i++) {if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i}}
         END {print p + 0, f + 0}' "$LOG_DIR/cargo-test.log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then

@@ -201,10 +201,24 @@ pub fn send_state(s: &UnixStream, blob: &[u8], fds: &[RawFd]) -> Result<(), Hand
 
 /// New side: receives what [`send_state`] sent, checking every count.
 pub fn recv_state(s: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>), HandoverError> {
+    let first = recv(s)?;
+    recv_state_after(s, first)
+}
+
+/// As [`recv_state`], whose first message `first` the caller has already
+/// received (a reader that takes other messages on the same socket too).
+pub fn recv_state_after(
+    s: &UnixStream,
+    first: Msg,
+) -> Result<(Vec<u8>, Vec<OwnedFd>), HandoverError> {
     let mut blob = Vec::new();
     let mut fds: Vec<OwnedFd> = Vec::new();
+    let mut next = Some(first);
     loop {
-        let m = recv(s)?;
+        let m = match next.take() {
+            Some(m) => m,
+            None => recv(s)?,
+        };
         match m.kind {
             CHUNK => {
                 if !m.fds.is_empty() {
@@ -291,6 +305,18 @@ mod tests {
         let (got, fds) = t.join().expect("thread").expect("recv");
         assert_eq!(got, blob);
         assert_eq!(fds.len(), 600);
+    }
+
+    #[test]
+    fn a_state_whose_first_message_was_taken_is_received_whole() {
+        let (a, b) = UnixStream::pair().expect("pair");
+        let f = std::fs::File::open("/dev/null").expect("open");
+        send(&a, 14, &7u64.to_le_bytes(), &[]).expect("send");
+        send_state(&a, b"state", &[f.as_raw_fd()]).expect("send");
+        assert_eq!(recv(&b).expect("recv").kind, 14, "another message first");
+        let first = recv(&b).expect("recv");
+        let (blob, fds) = recv_state_after(&b, first).expect("state");
+        assert_eq!((blob.as_slice(), fds.len()), (&b"state"[..], 1));
     }
 
     #[test]

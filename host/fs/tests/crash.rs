@@ -342,3 +342,34 @@ fn a_journal_with_more_entries_than_max_open_is_refused() {
     let mut fs = PassthroughFs::new(cfg).unwrap();
     assert_eq!(fs.recover(j2, KeptFiles::default()).unwrap().inodes, 3);
 }
+
+/// A restarted process reports its rebuild's progress (to its holder):
+/// once per journal entry, node or open file, as the recovery comes to it.
+#[test]
+fn the_recovery_reports_each_node_and_open_file() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let dir = TestDir::new("progress");
+    let jf = journal_file(&dir);
+    let j = leak(Journal::create(jf.as_fd(), 2, 256, 256).unwrap());
+    let h = serving(dir, j, false);
+    let d = h.mkdir(ROOT, "d", 0o755).parse::<abi::EntryOut>().nodeid;
+    h.create_ok(d, "f");
+    h.create_ok(d, "g");
+    let t = j.tables();
+    let entries = (t.fs.inodes.len() + t.fs.handles.len()) as u64;
+    assert_eq!(entries, 5, "d, f, g and two open files");
+    let dir = h.dir;
+
+    let steps = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&steps);
+    let mut fs = PassthroughFs::new(config_for(&dir.path)).unwrap();
+    let j2 = leak(Journal::open(jf.as_fd()).unwrap());
+    let kept = KeptFiles::default().reporting(move || {
+        seen.fetch_add(1, Ordering::Relaxed);
+    });
+    let report = fs.recover(j2, kept).unwrap();
+    assert_eq!((report.inodes, report.handles), (3, 2));
+    assert_eq!(steps.load(Ordering::Relaxed), entries);
+}

@@ -249,9 +249,12 @@ pub struct Opt {
     #[arg(long)]
     pub crash_restart: bool,
 
-    /// With --crash-restart: after N crashes within SECONDS the holder
-    /// gives up: it answers every request still coming with EIO (the guest
-    /// sees I/O errors, never a hang) and exits once the front-end leaves.
+    /// With --crash-restart: after more than N crashes within SECONDS, or
+    /// more than N restarts in a row that never got ready (a restart whose
+    /// rebuild shows no progress for 15 s is stopped), the holder gives up:
+    /// it answers every request still coming with EIO (the guest sees I/O
+    /// errors, never a hang), as an unprivileged uid in namespaces of its
+    /// own, and exits once the front-end leaves.
     #[arg(long, value_name = "N/SECONDS", default_value = "5/60", value_parser = parse_limit)]
     pub crash_restart_limit: (u32, u64),
 

@@ -72,6 +72,31 @@ pub struct KeptFiles {
     roots: Vec<OwnedFd>,
     nodes: HashMap<u64, OwnedFd>,
     handles: HashMap<u64, OwnedFd>,
+    /// Told of each node and open file the recovery comes to.
+    progress: Progress,
+}
+
+/// What [`KeptFiles::reporting`] calls: once per journal entry the
+/// recovery comes to (a node or an open file), before it is opened again.
+#[derive(Default)]
+struct Progress(Option<Box<dyn FnMut() + Send>>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "reported"
+        } else {
+            "silent"
+        })
+    }
+}
+
+impl Progress {
+    fn step(&mut self) {
+        if let Some(f) = &mut self.0 {
+            f();
+        }
+    }
 }
 
 impl KeptFiles {
@@ -104,11 +129,24 @@ impl KeptFiles {
         self.len() == 0
     }
 
+    /// Calls `step` for every node and open file the recovery
+    /// ([`PassthroughFs::recover`]) comes to, before it opens it again: a
+    /// restarted process shows its holder that a long rebuild moves on.
+    pub fn reporting(mut self, step: impl FnMut() + Send + 'static) -> Self {
+        self.progress = Progress(Some(Box::new(step)));
+        self
+    }
+
+    /// Node `id`'s kept descriptor; the recovery asks once per node.
     pub(super) fn take_node(&mut self, id: u64) -> Option<OwnedFd> {
+        self.progress.step();
         self.nodes.remove(&id)
     }
 
+    /// Open file `fh`'s kept descriptor; the recovery asks once per open
+    /// file.
     pub(super) fn take_handle(&mut self, fh: u64) -> Option<OwnedFd> {
+        self.progress.step();
         self.handles.remove(&fh)
     }
 

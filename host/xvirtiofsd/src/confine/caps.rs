@@ -161,6 +161,17 @@ pub fn keep_only(mask: u64) -> Result<(), CapsError> {
     Ok(())
 }
 
+/// Drops every capability (bounding, ambient, inheritable, permitted,
+/// effective), whatever the uid: a process that entered a user namespace
+/// of its own holds all of them there.
+pub fn drop_all() -> Result<(), CapsError> {
+    for cap in 0..64 {
+        sys::drop_bounding_cap(cap).map_err(CapsError::Apply)?;
+    }
+    sys::clear_ambient_caps().map_err(CapsError::Apply)?;
+    sys::set_caps(0).map_err(CapsError::Apply)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

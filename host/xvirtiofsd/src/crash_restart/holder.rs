@@ -17,17 +17,29 @@
 //! file system from the journal and resumes every ring from the used index
 //! in guest memory, answering the requests in flight exactly once.
 //!
-//! After `N` crashes within `SECONDS` (`--crash-restart-limit`) the holder
-//! stops restarting and says so; see docs/crash-restart.md.
+//! A restarted process answers READY once it has rebuilt its tables; the
+//! holder then answers COMMIT and it serves. While it rebuilds it sends
+//! PROGRESS, and the holder waits for READY as long as progress comes: a
+//! process that shows none for [`READY_WAIT`] is stuck and is stopped
+//! (SIGKILL), which counts as a crash.
+//!
+//! After `N` crashes within `SECONDS` (`--crash-restart-limit`), or more
+//! than `N` restarted processes in a row that never got as far as READY,
+//! the holder stops restarting and says so ([`super::give_up`]); see
+//! docs/crash-restart.md.
+//!
+//! A message the holder cannot take (a malformed checkpoint, keep message
+//! or anything else) closes that socket: the serving process then gets an
+//! error for everything it sends there, never a wait. After a bad message
+//! on the checkpoint socket the last checkpoint is older than what the
+//! process went on to serve: a crash of it is not restarted but given up.
 //!
 //! The holder does no file-system work and, until it gives up, handles no
 //! guest input; signals it receives (SIGTERM, SIGINT, ...) go to the
 //! serving process, and then its end is not a crash. Once started it keeps
 //! no effective capability but those it needs to give up (CAP_SETPCAP,
-//! CAP_SETGID: to drop the rest for good); its serving processes get theirs
-//! from the bounding set when they start. A holder that gives up serves
-//! the guest's rings on an empty file system mounted nowhere, with every
-//! capability dropped, no_new_privs and a filter without file calls.
+//! CAP_SETUID, CAP_SETGID: to drop the rest and root for good); its serving
+//! processes get theirs from the bounding set when they start.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -38,11 +50,12 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
-use virtio_fs_ext::handover::{self, HandoverError};
+use virtio_fs_ext::handover::{self, HandoverError, Msg};
 use xvfs_fs::journal::Journal;
 
 use crate::cli::Opt;
-use crate::crash_restart::checkpoint::BYE;
+use crate::crash_restart::checkpoint::{BYE, PROGRESS};
+use crate::crash_restart::give_up::{self, Fallback};
 use crate::crash_restart::keeper::KeptStore;
 use crate::sys::{self, ChildEnd};
 
@@ -53,6 +66,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// A serving process that lived this long did work: the next one starts at
 /// once. One that died sooner makes the next wait (doubling, from 50 ms).
 const HEALTHY: Duration = Duration::from_millis(500);
+/// How long a restarted serving process may go without a sign of progress
+/// (taking the checkpoint, PROGRESS, READY) before the holder stops it.
+pub const READY_WAIT: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum HolderError {
@@ -79,33 +95,14 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
-/// CAP_SETGID and CAP_SETPCAP: what dropping every capability needs.
-const GIVE_UP_CAPS: u64 = 1 << 6 | 1 << 8;
-
-/// What a holder that gives up serves instead of the share, made while it
-/// still could, and the settings its own command line gives.
-struct Fallback {
-    /// The root of an empty tmpfs mounted nowhere.
-    empty: Option<OwnedFd>,
-    /// The settings from the holder's command line.
-    config: Option<virtio_fs_ext::settings::Settings>,
+/// Whether a signal told the holder to stop.
+fn stopping() -> bool {
+    STOPPING.load(Ordering::SeqCst)
 }
 
-impl Fallback {
-    fn prepare(opt: &Opt) -> Fallback {
-        let empty = sys::empty_tmpfs()
-            .map_err(|e| {
-                warn!("crash restart: no empty file system for giving up ({e}): a holder that gives up will close the connection")
-            })
-            .ok();
-        let config = opt
-            .shared_dir
-            .as_ref()
-            .and_then(|d| std::fs::canonicalize(d).ok())
-            .map(|d| crate::settings::from_options(opt, &d));
-        Fallback { empty, config }
-    }
-}
+/// CAP_SETGID, CAP_SETUID and CAP_SETPCAP: what giving up needs (dropping
+/// every capability and root, [`give_up`]).
+const GIVE_UP_CAPS: u64 = 1 << 6 | 1 << 7 | 1 << 8;
 
 /// The last checkpoint: the state blob and its descriptors.
 struct Checkpoint {
@@ -117,6 +114,13 @@ struct Checkpoint {
 struct Ended {
     how: ChildEnd,
     bye: bool,
+    /// It was handed a checkpoint and never got as far as COMMIT.
+    unready: bool,
+    /// It showed no progress rebuilding for [`READY_WAIT`]: stopped.
+    stalled: bool,
+    /// Its checkpoint socket was closed after a bad message while it
+    /// served: the last checkpoint is older than what it served.
+    stale: bool,
 }
 
 /// Runs the holder until the serving process ends of its own accord (or
@@ -144,49 +148,38 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
         opt.crash_restart_limit.0,
         opt.crash_restart_limit.1
     );
-    let window = Duration::from_secs(opt.crash_restart_limit.1);
-    let mut crashes: VecDeque<Instant> = VecDeque::new();
+    let mut crashes = CrashLog::new(opt.crash_restart_limit);
     let mut last: Option<Checkpoint> = None;
     // Files with no name left the guest holds (`keeper.rs`): they
     // outlive every serving process.
     let mut kept = KeptStore::default();
-    let mut short_lived = 0u32;
+    // A rebuild comes to each journal entry (node or open file) once.
+    let entries = 2 * slots as u64;
     loop {
         let started = Instant::now();
-        let ended = serve_once(jfile.as_fd().as_raw_fd(), &mut last, &mut kept)?;
-        if ended.bye || STOPPING.load(Ordering::SeqCst) {
+        let ended = serve_once(jfile.as_fd().as_raw_fd(), &mut last, &mut kept, entries)?;
+        if ended.bye || stopping() {
             return Ok(exit_status(ended.how));
         }
-        let reason = describe(ended.how);
-        let now = Instant::now();
-        crashes.push_back(now);
-        while crashes
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > window)
-        {
-            crashes.pop_front();
-        }
-        journal.record_crash(crate::ops::control::now_unix_ms(), &reason);
-        if crashes.len() > opt.crash_restart_limit.0 as usize {
-            error!(
-                "crash restart: the serving process {reason}, {} times in {} s: giving up \
-                 (--crash-restart-limit {}/{})",
-                crashes.len(),
-                window.as_secs(),
-                opt.crash_restart_limit.0,
-                opt.crash_restart_limit.1
-            );
-            return Ok(give_up(opt, fallback, last.as_ref()));
-        }
-        short_lived = if started.elapsed() >= HEALTHY {
-            0
+        let reason = if ended.stalled {
+            format!(
+                "showed no progress rebuilding for {} s and was stopped",
+                READY_WAIT.as_secs()
+            )
         } else {
-            short_lived + 1
+            describe(ended.how)
         };
-        let backoff = match short_lived {
-            0 => Duration::ZERO,
-            n => (Duration::from_millis(50) * (1u32 << (n - 1).min(6))).min(MAX_BACKOFF),
-        };
+        journal.record_crash(crate::ops::control::now_unix_ms(), &reason);
+        if let Some(why) = crashes.record(&ended, started) {
+            let (n, secs) = opt.crash_restart_limit;
+            error!(
+                "crash restart: the serving process {reason}{why}: giving up \
+                 (--crash-restart-limit {n}/{secs})"
+            );
+            let last = last.as_ref().map(|cp| (&cp.blob[..], &cp.fds[..]));
+            return Ok(give_up::run(opt, fallback, last, &journal, kept));
+        }
+        let backoff = crashes.backoff();
         error!(
             "crash restart: the serving process {reason}; restarting{} (restart {})",
             if backoff.is_zero() {
@@ -197,19 +190,89 @@ pub fn run(opt: &Opt, limit: usize) -> Result<u8, HolderError> {
             journal.restarts()
         );
         std::thread::sleep(backoff);
-        if STOPPING.load(Ordering::SeqCst) {
+        if stopping() {
             // Told to stop while no serving process ran.
             return Ok(exit_status(ended.how));
         }
     }
 }
 
+/// The crashes seen, for `--crash-restart-limit N/SECONDS` and the pause
+/// before a restart.
+struct CrashLog {
+    limit: (u32, u64),
+    /// When each crash within the last SECONDS came.
+    recent: VecDeque<Instant>,
+    /// Restarted processes in a row that never got as far as READY.
+    unready: usize,
+    /// Serving processes in a row that lived less than [`HEALTHY`].
+    short_lived: u32,
+}
+
+impl CrashLog {
+    fn new(limit: (u32, u64)) -> CrashLog {
+        CrashLog {
+            limit,
+            recent: VecDeque::new(),
+            unready: 0,
+            short_lived: 0,
+        }
+    }
+
+    /// Counts a crash of a process started at `started`; why to give up,
+    /// if it is time to.
+    fn record(&mut self, ended: &Ended, started: Instant) -> Option<String> {
+        let (n, secs) = self.limit;
+        let now = Instant::now();
+        let window = Duration::from_secs(secs);
+        self.recent.push_back(now);
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
+            self.recent.pop_front();
+        }
+        self.unready = if ended.unready { self.unready + 1 } else { 0 };
+        self.short_lived = if started.elapsed() >= HEALTHY {
+            0
+        } else {
+            self.short_lived + 1
+        };
+        if ended.stale {
+            Some(
+                " after its checkpoint socket was closed (the last checkpoint is out of date)"
+                    .into(),
+            )
+        } else if self.recent.len() > n as usize {
+            Some(format!(", {} times in {secs} s", self.recent.len()))
+        } else if self.unready > n as usize {
+            Some(format!(
+                ", the {} restarted processes in a row that never got ready",
+                self.unready
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// The pause before the next restart.
+    fn backoff(&self) -> Duration {
+        match self.short_lived {
+            0 => Duration::ZERO,
+            n => (Duration::from_millis(50) * (1u32 << (n - 1).min(6))).min(MAX_BACKOFF),
+        }
+    }
+}
+
 /// Starts one serving process, hands it the last checkpoint if there is
-/// one (a restart), and takes its checkpoints until it ends.
+/// one (a restart), and takes its checkpoints until it ends. `entries`:
+/// the journal's size in entries, the most a rebuild can report.
 fn serve_once(
     journal_fd: RawFd,
     last: &mut Option<Checkpoint>,
     kept: &mut KeptStore,
+    entries: u64,
 ) -> Result<Ended, HolderError> {
     let (ours, theirs) = UnixStream::pair().map_err(HolderError::Spawn)?;
     let (keeper, their_keeper) = UnixStream::pair().map_err(HolderError::Spawn)?;
@@ -222,98 +285,279 @@ fn serve_once(
     drop(their_keeper);
     CHILD.store(child, Ordering::SeqCst);
     let pidfd = sys::pidfd_open(child).map_err(HolderError::Watch)?;
+    let mut w = Watched::new(child, ours, keeper, entries);
     if let Some(cp) = last.as_ref() {
-        if let Err(e) = kept.send_all(&keeper).and_then(|()| hand_over(&ours, cp)) {
-            // It dies or failed: the watch below sees it end.
-            warn!(
-                "crash restart: the new serving process (pid {child}) did not take the state: {}",
-                crate::error_chain(&e)
-            );
-        }
+        w.hand_over(cp, kept);
     }
-    let mut bye = false;
-    let mut reading = true;
-    let mut keeping = true;
     loop {
-        // Unread sockets are polled as -1 (ignored).
+        // Closed sockets are polled as -1 (ignored).
         let fds = [
             Some(pidfd.as_fd()),
-            reading.then(|| ours.as_fd()),
-            keeping.then(|| keeper.as_fd()),
+            w.sock.as_ref().map(AsFd::as_fd),
+            w.keeper.as_ref().map(AsFd::as_fd),
         ];
-        let ready = sys::poll_readable_opt(&fds, -1).map_err(HolderError::Watch)?;
+        let ready = sys::poll_readable_opt(&fds, w.poll_timeout()).map_err(HolderError::Watch)?;
         if ready[0] {
             // What the serving process sent before it ended still counts,
             // above all a BYE: poll reports the end and the BYE together
             // after a live upgrade, and a holder that missed the BYE would
             // restart a serving process beside its successor's.
-            while keeping && sys::poll_readable(&[keeper.as_fd()], 0).is_ok_and(|r| r[0]) {
-                keeping = take_kept(&keeper, kept, child);
+            while w.keeper.as_ref().is_some_and(readable_now) {
+                w.take_kept(kept);
             }
-            while reading && sys::poll_readable(&[ours.as_fd()], 0).is_ok_and(|r| r[0]) {
-                reading = take_checkpoint(&ours, last, &mut bye, child);
+            while w.sock.as_ref().is_some_and(readable_now) {
+                w.take_message(last);
             }
             let how = sys::reap(child).map_err(HolderError::Watch)?;
             CHILD.store(0, Ordering::SeqCst);
-            return Ok(Ended { how, bye });
+            return Ok(w.ended(how));
         }
-        if keeping && ready[2] {
-            keeping = take_kept(&keeper, kept, child);
+        if ready[2] {
+            w.take_kept(kept);
         }
-        if reading && ready[1] {
-            reading = take_checkpoint(&ours, last, &mut bye, child);
+        if ready[1] {
+            w.take_message(last);
         }
+        w.check_progress();
     }
 }
 
-/// Takes one checkpoint or BYE from serving process `child`; false once
-/// the socket is closed or broken (nothing more is read from it).
-fn take_checkpoint(
-    sock: &UnixStream,
-    last: &mut Option<Checkpoint>,
-    bye: &mut bool,
+fn readable_now(s: &UnixStream) -> bool {
+    sys::poll_readable(&[s.as_fd()], 0).is_ok_and(|r| r[0])
+}
+
+/// One serving process, as the holder watches it.
+struct Watched {
     child: libc::pid_t,
-) -> bool {
-    match handover::recv_state(sock) {
-        Ok((blob, fds)) => *last = Some(Checkpoint { blob, fds }),
-        Err(HandoverError::Unexpected { got: BYE, .. }) => *bye = true,
-        Err(HandoverError::Closed) => return false,
-        Err(e) => {
-            warn!(
-                "crash restart: bad checkpoint from pid {child}: {}",
-                crate::error_chain(&e)
-            );
-            return false;
-        }
-    }
-    true
+    /// The checkpoint socket; None once closed (by its end, or after a
+    /// bad message).
+    sock: Option<UnixStream>,
+    /// The keeper socket; the same.
+    keeper: Option<UnixStream>,
+    /// A restart: READY is awaited until then (PROGRESS pushes it back);
+    /// None before the handover and after COMMIT.
+    ready_by: Option<Instant>,
+    handed_over: Option<Instant>,
+    /// The last PROGRESS count, and the most there can be.
+    progress: u64,
+    entries: u64,
+    /// A fresh process, or a restarted one after COMMIT.
+    serving: bool,
+    bye: bool,
+    stalled: bool,
+    stale: bool,
 }
 
-/// Applies one KEEP or LET_GO from serving process `child`; false once
-/// the socket is closed or broken (nothing more is read from it).
-fn take_kept(sock: &UnixStream, kept: &mut KeptStore, child: libc::pid_t) -> bool {
-    match handover::recv(sock).and_then(|m| kept.apply(m)) {
-        Ok(()) => true,
-        Err(HandoverError::Closed) => false,
-        Err(e) => {
-            warn!(
-                "crash restart: bad keep message from pid {child}: {}",
-                crate::error_chain(&e)
+impl Watched {
+    fn new(child: libc::pid_t, sock: UnixStream, keeper: UnixStream, entries: u64) -> Watched {
+        Watched {
+            child,
+            sock: Some(sock),
+            keeper: Some(keeper),
+            ready_by: None,
+            handed_over: None,
+            progress: 0,
+            entries,
+            serving: true,
+            bye: false,
+            stalled: false,
+            stale: false,
+        }
+    }
+
+    fn ended(&self, how: ChildEnd) -> Ended {
+        Ended {
+            how,
+            bye: self.bye,
+            unready: !self.serving,
+            stalled: self.stalled,
+            stale: self.stale,
+        }
+    }
+
+    /// Gives a restarted process what the holder kept and the last
+    /// checkpoint; each write waits at most [`READY_WAIT`] for it to read.
+    fn hand_over(&mut self, cp: &Checkpoint, kept: &KeptStore) {
+        self.serving = false;
+        self.handed_over = Some(Instant::now());
+        let (Some(sock), Some(keeper)) = (&self.sock, &self.keeper) else {
+            return;
+        };
+        match send_checkpoint(sock, keeper, cp, kept) {
+            Ok(()) => self.ready_by = Some(Instant::now() + READY_WAIT),
+            Err(e) => {
+                warn!(
+                    "crash restart: the new serving process (pid {}) did not take the state ({}): \
+                     it is stopped",
+                    self.child,
+                    crate::error_chain(&e)
+                );
+                self.stop();
+            }
+        }
+    }
+
+    /// How long poll may wait: until READY is due.
+    fn poll_timeout(&self) -> i32 {
+        match self.ready_by.filter(|_| !self.stalled) {
+            Some(t) => {
+                let left = t.saturating_duration_since(Instant::now());
+                i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
+            }
+            None => -1,
+        }
+    }
+
+    /// Stops a restarted process that showed no progress for [`READY_WAIT`].
+    fn check_progress(&mut self) {
+        if self.stalled || self.ready_by.is_none_or(|t| Instant::now() < t) {
+            return;
+        }
+        error!(
+            "crash restart: the new serving process (pid {}) showed no progress rebuilding for {} \
+             s ({} journal entries done): it is stopped",
+            self.child,
+            READY_WAIT.as_secs(),
+            self.progress
+        );
+        self.stalled = true;
+        self.stop();
+    }
+
+    fn stop(&self) {
+        // Not reaped yet: the pid is still this child's.
+        sys::kill(self.child, libc::SIGKILL);
+    }
+
+    /// Takes one message from the checkpoint socket; a bad one closes it.
+    fn take_message(&mut self, last: &mut Option<Checkpoint>) {
+        let Some(sock) = self.sock.take() else {
+            return;
+        };
+        match handover::recv(&sock).and_then(|m| self.on_message(&sock, m, last)) {
+            Ok(()) => self.sock = Some(sock),
+            // Its end closed or broke (it is ending): nothing more to read.
+            Err(HandoverError::Closed | HandoverError::Io(_)) => {}
+            // Dropping the socket closes it: the serving process's next
+            // send fails instead of waiting for a reader.
+            Err(e) => self.bad_message(&e),
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        sock: &UnixStream,
+        m: Msg,
+        last: &mut Option<Checkpoint>,
+    ) -> Result<(), HandoverError> {
+        let rebuilding = self.ready_by.is_some();
+        match m.kind {
+            BYE => self.bye = true,
+            handover::READY if rebuilding => self.ready(sock),
+            PROGRESS if rebuilding => self.progressed(&m.payload),
+            handover::FAILED if rebuilding => warn!(
+                "crash restart: the new serving process (pid {}) refused the state: {}",
+                self.child,
+                handover::text(&m.payload)
+            ),
+            _ => {
+                let (blob, fds) = handover::recv_state_after(sock, m)?;
+                *last = Some(Checkpoint { blob, fds });
+            }
+        }
+        Ok(())
+    }
+
+    /// READY: the restarted process serves from now on (COMMIT).
+    fn ready(&mut self, sock: &UnixStream) {
+        if self.stalled {
+            info!(
+                "crash restart: pid {} answered READY after it was stopped",
+                self.child
             );
-            false
+            return;
+        }
+        self.ready_by = None;
+        self.serving = true;
+        if let Err(e) = handover::send(sock, handover::COMMIT, b"", &[]) {
+            // It ended: the watch sees it.
+            warn!("crash restart: cannot send COMMIT: {e}");
+            return;
+        }
+        info!(
+            "crash restart: the new serving process (pid {}) is ready after {} ms (progress \
+             last reported: {} journal entries)",
+            self.child,
+            self.handed_over.map_or(0, |t| t.elapsed().as_millis()),
+            self.progress
+        );
+    }
+
+    /// PROGRESS: a count of journal entries, above the last and within
+    /// the journal, pushes READY's deadline back.
+    fn progressed(&mut self, payload: &[u8]) {
+        let count = payload
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes);
+        if let Some(n) = count.filter(|&n| n > self.progress && n <= self.entries) {
+            self.progress = n;
+            self.ready_by = Some(Instant::now() + READY_WAIT);
+        }
+    }
+
+    fn bad_message(&mut self, e: &HandoverError) {
+        let why = crate::error_chain(e);
+        if self.serving {
+            self.stale = true;
+            warn!(
+                "crash restart: bad message from pid {} ({why}): its checkpoint socket is closed; \
+                 should it crash now, its last checkpoint is out of date and is not restarted",
+                self.child
+            );
+        } else {
+            warn!(
+                "crash restart: bad message from the new serving process (pid {}) ({why}): it is \
+                 stopped",
+                self.child
+            );
+            self.stop();
+        }
+    }
+
+    /// Applies one KEEP or LET_GO; a bad message closes the keeper socket.
+    fn take_kept(&mut self, kept: &mut KeptStore) {
+        let Some(sock) = self.keeper.take() else {
+            return;
+        };
+        match handover::recv(&sock).and_then(|m| kept.apply(m)) {
+            Ok(()) => self.keeper = Some(sock),
+            Err(HandoverError::Closed | HandoverError::Io(_)) => {}
+            Err(e) => warn!(
+                "crash restart: bad keep message from pid {} ({}): its keeper socket is closed; \
+                 files it has from now on that lose their name do not survive a crash",
+                self.child,
+                crate::error_chain(&e)
+            ),
         }
     }
 }
 
-/// Gives a new serving process the last checkpoint; it answers READY once
-/// it has rebuilt everything, and starts its queues on COMMIT.
-fn hand_over(peer: &UnixStream, cp: &Checkpoint) -> Result<(), HandoverError> {
-    peer.set_read_timeout(Some(crate::upgrade::handover::STEP_TIMEOUT))?;
+/// Sends a restarted process what the holder kept, then the checkpoint,
+/// each write waiting at most [`READY_WAIT`] for the process to read.
+fn send_checkpoint(
+    sock: &UnixStream,
+    keeper: &UnixStream,
+    cp: &Checkpoint,
+    kept: &KeptStore,
+) -> Result<(), HandoverError> {
+    sock.set_write_timeout(Some(READY_WAIT))?;
+    keeper.set_write_timeout(Some(READY_WAIT))?;
+    kept.send_all(keeper)?;
     let fds: Vec<RawFd> = cp.fds.iter().map(AsRawFd::as_raw_fd).collect();
-    handover::send_state(peer, &cp.blob, &fds)?;
-    handover::expect(peer, handover::READY, "READY")?;
-    handover::send(peer, handover::COMMIT, b"", &[])?;
-    peer.set_read_timeout(None)?;
+    handover::send_state(sock, &cp.blob, &fds)?;
+    sock.set_write_timeout(None)?;
+    keeper.set_write_timeout(None)?;
     Ok(())
 }
 
@@ -395,90 +639,68 @@ fn exit_status(how: ChildEnd) -> u8 {
     u8::try_from(how.code()).unwrap_or(1)
 }
 
-/// No more restarts. If a front-end is connected, the holder answers every
-/// request from now on with EIO, from the last checkpoint and without
-/// touching the file system, until the front-end leaves: the guest sees
-/// errors, never a hang. Returns the exit status (1).
-fn give_up(opt: &Opt, fallback: Fallback, last: Option<&Checkpoint>) -> u8 {
-    let Some(cp) = last else {
-        return 1;
-    };
-    error!("crash restart: every request now gets EIO until the front-end disconnects");
-    if let Err(e) = refuse_requests(opt, fallback, cp) {
-        error!(
-            "crash restart: cannot answer the guest any more: {}",
-            crate::error_chain(&e)
-        );
-    }
-    1
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[derive(Debug, thiserror::Error)]
-enum RefuseError {
-    #[error("the last checkpoint")]
-    State(#[from] virtio_fs_ext::state::StateError),
-    #[error("the settings")]
-    Settings(#[from] crate::settings::SettingsError),
-    #[error("the settings of the last checkpoint")]
-    Upgrade(#[from] crate::upgrade::handover::UpgradeError),
-    #[error("cannot open the shared directory")]
-    Fs(#[from] xvfs_fs::passthrough::Error),
-    #[error("the device")]
-    Device(#[from] crate::vhost_user::VhostUserError),
-    #[error("checkpoint descriptor {0} missing or used twice")]
-    Fd(u32),
-    #[error("no empty file system or shared directory settings were prepared")]
-    NotPrepared,
-    #[error("confinement")]
-    Confine(#[from] crate::setup::ConfineError),
-    #[error("confinement")]
-    Sandbox(#[from] crate::confine::sandbox::SandboxError),
-}
-
-fn refuse_requests(opt: &Opt, fallback: Fallback, cp: &Checkpoint) -> Result<(), RefuseError> {
-    use crate::vhost_user::{Connection, Device, ServeEnd};
-    let (Some(empty), Some(own)) = (fallback.empty, fallback.config) else {
-        return Err(RefuseError::NotPrepared);
-    };
-    // Confined before the checkpoint (written by a process the guest may
-    // have compromised) is read: no capability, no file call.
-    let proc_stand_in = empty
-        .try_clone()
-        .map_err(crate::setup::ConfineError::OpenProc)?;
-    let dir = xvfs_fs::passthrough::SharedDir::from_parts(empty, proc_stand_in)?;
-    crate::confine::caps::drop_to(0).map_err(crate::setup::ConfineError::from)?;
-    sys::no_new_privs().map_err(crate::setup::ConfineError::OpenRoot)?;
-    crate::confine::sandbox::seccomp(opt.seccomp, crate::confine::sandbox::Profile::Refusing)?;
-    let mut st = virtio_fs_ext::state::DaemonState::decode(&cp.blob)?;
-    st.check(cp.fds.len())?;
-    st.settings = crate::upgrade::trust::check_settings(&own, &st.settings, None, None)
-        .map_err(crate::upgrade::handover::UpgradeError::Settings)?;
-    let mut fds: Vec<Option<OwnedFd>> = cp.fds.iter().map(|f| f.try_clone().ok()).collect();
-    let mut take = |i: u32| {
-        fds.get_mut(i as usize)
-            .and_then(Option::take)
-            .ok_or_else(|| std::io::Error::other(format!("descriptor {i}")))
-    };
-    let fs = xvfs_fs::PassthroughFs::at(crate::settings::fs_config(&st.settings, 1)?, dir);
-    let server = std::sync::Arc::new(crate::FsServer::new(fs));
-    server.refuse_all(libc::EIO);
-    let cfg = crate::settings::device_config(&st.settings, Duration::ZERO);
-    let mut dev = Device::import(cfg, server, &st.device, &mut take, true)?;
-    let conn_fd = take(st.vhost_socket_fd).map_err(|_| RefuseError::Fd(st.vhost_socket_fd))?;
-    let mut conn = Connection::from_fd(conn_fd);
-    dev.resume()?;
-    dev.notify_started();
-    loop {
-        match conn.serve(&mut dev, None, &mut |_| {}) {
-            Ok(ServeEnd::Interrupted) => continue,
-            Ok(ServeEnd::Disconnected) => break,
-            Err(e) => {
-                dev.stop_all();
-                return Err(e.into());
-            }
+    fn ended(unready: bool, stale: bool) -> Ended {
+        Ended {
+            how: ChildEnd::Signaled(libc::SIGKILL),
+            bye: false,
+            unready,
+            stalled: unready,
+            stale,
         }
     }
-    dev.stop_all();
-    info!("crash restart: the front-end disconnected");
-    Ok(())
+
+    #[test]
+    fn restarts_that_never_get_ready_end_in_giving_up_whatever_their_pace() {
+        // Each crash leaves the window before the next (as a 15 s stall
+        // does with a shorter window).
+        let mut log = CrashLog::new((2, 10));
+        let long_ago = Instant::now() - HEALTHY;
+        for _ in 0..2 {
+            assert_eq!(log.record(&ended(true, false), long_ago), None);
+            log.recent.clear();
+        }
+        let why = log.record(&ended(true, false), long_ago).unwrap();
+        assert!(why.contains("3 restarted processes in a row"), "{why}");
+        // One that got ready starts the count again.
+        let mut log = CrashLog::new((2, 10));
+        log.record(&ended(true, false), long_ago);
+        log.record(&ended(false, false), long_ago);
+        log.recent.clear();
+        assert_eq!(log.record(&ended(true, false), long_ago), None);
+        assert_eq!(log.backoff(), Duration::ZERO, "each lived long enough");
+    }
+
+    #[test]
+    fn a_crash_after_the_checkpoint_socket_was_closed_is_given_up() {
+        let mut log = CrashLog::new((5, 60));
+        let why = log.record(&ended(false, true), Instant::now()).unwrap();
+        assert!(why.contains("out of date"), "{why}");
+    }
+
+    #[test]
+    fn progress_pushes_the_deadline_back_only_when_it_advances() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let (k, _l) = UnixStream::pair().unwrap();
+        let mut w = Watched::new(1, a, k, 10);
+        let soon = Instant::now() + Duration::from_millis(1);
+        w.ready_by = Some(soon);
+        for (count, advances) in [
+            (3u64, true),
+            (3, false),
+            (2, false),
+            (11, false),
+            (10, true),
+        ] {
+            w.ready_by = Some(soon);
+            w.progressed(&count.to_le_bytes());
+            assert_eq!(w.ready_by != Some(soon), advances, "{count}");
+        }
+        w.ready_by = Some(soon);
+        w.progressed(b"short");
+        assert_eq!(w.ready_by, Some(soon), "a short payload is no progress");
+    }
 }

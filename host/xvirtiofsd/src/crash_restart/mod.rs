@@ -4,6 +4,7 @@
 //! process when one dies (docs/crash-restart.md).
 //!
 //! - [`holder`]: the holder process;
+//! - [`give_up`]: the holder after too many crashes, answering EIO;
 //! - [`checkpoint`]: the serving process's link to its holder;
 //! - [`keeper`]: the holder keeping the descriptors of files with no name left.
 //!
@@ -11,5 +12,6 @@
 //! ([`crate::virtqueue::replay`]).
 
 pub mod checkpoint;
+pub mod give_up;
 pub mod holder;
 pub mod keeper;

@@ -493,6 +493,25 @@ pub fn sandbox_chroot(root: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// `unshare(2)` with `flags` (`CLONE_NEWUSER` needs a single thread).
+pub fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare takes flags only.
+    cvt(unsafe { libc::unshare(flags) })?;
+    Ok(())
+}
+
+/// Makes directory `dir` this process's root and working directory
+/// (`fchdir`, `chroot(".")`): no path leads above it any more.
+pub fn chroot_to(dir: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fchdir on a descriptor the caller keeps open.
+    cvt(unsafe { libc::fchdir(dir.as_raw_fd()) })?;
+    // SAFETY: valid NUL-terminated paths.
+    cvt(unsafe { libc::chroot(c".".as_ptr()) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::chdir(c"/".as_ptr()) })?;
+    Ok(())
+}
+
 /// `PR_SET_NO_NEW_PRIVS`: no later exec gains a privilege.
 pub fn no_new_privs() -> io::Result<()> {
     // SAFETY: prctl with integer arguments.
@@ -636,6 +655,15 @@ pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
     // SAFETY: dup2 takes integers; the caller owns `target`'s slot.
     cvt(unsafe { libc::dup2(fd.as_raw_fd(), target) })?;
     Ok(())
+}
+
+/// The host device and inode number of the file `fd` refers to (`fstat`).
+pub fn file_key(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid stat buffer.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// `socket:[inode]` for a socket descriptor (as /proc/PID/fd shows it).
