@@ -8,7 +8,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 mod process;
+mod sock_diag;
 pub use process::*;
+pub use sock_diag::unix_peer_inode;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
