@@ -15,11 +15,14 @@
 //!   (ours, and virtiofsd's, which a destination accepts);
 //! - [`parts`]: payloads made of parts, each with its own version (state
 //!   format 8, migration format 3);
+//! - [`bounded`]: postcard decoding that builds at most a fixed multiple of
+//!   its input's size (every decoder of a received state or stream);
 //! - [`formats`]: the version each encoded format is written in and the
 //!   versions read.
 //!
 //! The specification is `docs/live-upgrade.md` in the repository.
 
+pub mod bounded;
 pub mod config;
 pub mod crc32;
 pub mod formats;

@@ -96,10 +96,21 @@ pub enum MigrationError {
         "migration stream does not decode (a value this build does not know, or a truncated field)"
     )]
     Decode(#[from] postcard::Error),
+    #[error("migration stream claims more than it holds")]
+    Bound(#[from] crate::bounded::BoundError),
     #[error("migration stream has {0} bytes after its end")]
     Trailing(usize),
     #[error("migration stream is neither xvirtiofsd's nor virtiofsd's ({0} bytes)")]
     Unknown(usize),
+}
+
+impl From<crate::bounded::Refused> for MigrationError {
+    fn from(e: crate::bounded::Refused) -> Self {
+        match e {
+            crate::bounded::Refused::Bound(b) => MigrationError::Bound(b),
+            crate::bounded::Refused::Decode(d) => MigrationError::Decode(d),
+        }
+    }
 }
 
 impl MigrationStream {
@@ -124,15 +135,17 @@ impl MigrationStream {
 }
 
 /// Decodes a received stream: ours (by its magic, version checked), else
-/// virtiofsd's.
+/// virtiofsd's. What either builds is bounded by the stream's size
+/// ([`crate::bounded`]).
 pub fn decode(blob: &[u8]) -> Result<Received, MigrationError> {
     if !blob.starts_with(MIGRATION_MAGIC) {
-        return virtiofsd::decode(blob).ok_or(MigrationError::Unknown(blob.len()));
+        return virtiofsd::decode(blob)?.ok_or(MigrationError::Unknown(blob.len()));
     }
     let (version, payload) = frame::decode_with(MIGRATION_MAGIC, blob, 0..=u32::MAX)?;
     let stream = match version {
         2 => {
-            let (stream, rest) = postcard::take_from_bytes(payload)?;
+            let budget = crate::bounded::Budget::for_input(payload.len());
+            let (stream, rest) = crate::bounded::take_from_bytes(payload, &budget)?;
             if !rest.is_empty() {
                 return Err(MigrationError::Trailing(rest.len()));
             }

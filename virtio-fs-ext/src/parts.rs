@@ -17,13 +17,37 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::bounded::{self, BoundError, Budget, Refused};
+
 /// One part as encoded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
     pub id: u16,
     pub version: u16,
     pub optional: bool,
+    #[serde(deserialize_with = "part_bytes")]
     pub bytes: Vec<u8>,
+}
+
+/// A part's bytes, read as one slice and copied once: postcard writes a
+/// list of bytes as it writes a byte string (its length, then the bytes),
+/// and reads a byte string without growing a vector byte by byte.
+fn part_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    struct Bytes;
+
+    impl serde::de::Visitor<'_> for Bytes {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a part's bytes")
+        }
+
+        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+    }
+
+    d.deserialize_bytes(Bytes)
 }
 
 /// One kind of part a format has.
@@ -57,8 +81,16 @@ pub enum PartError {
     },
     #[error("{name} has {extra} bytes after its end")]
     Trailing { name: &'static str, extra: usize },
+    #[error("{name} claims more than it holds")]
+    Bound {
+        name: &'static str,
+        #[source]
+        source: BoundError,
+    },
     #[error("the list of parts does not decode")]
     List(#[source] postcard::Error),
+    #[error("the list of parts claims more than it holds")]
+    ListBound(#[source] BoundError),
     #[error("the list of parts has {0} bytes after its end")]
     ListTrailing(usize),
     #[error("a part does not encode")]
@@ -81,16 +113,23 @@ pub fn encode(parts: &[Part]) -> Result<Vec<u8>, PartError> {
 }
 
 /// A decoded payload: its parts by kind, each checked for its version.
+/// What decoding them may build is bounded by the payload's size
+/// ([`crate::bounded`]), for all of them together.
 #[derive(Debug)]
 pub struct Parts {
     kinds: &'static [PartKind],
     found: Vec<Option<Part>>,
+    budget: Budget,
 }
 
 /// Splits `payload` into the parts of `kinds` (see the module's rules).
 pub fn decode(payload: &[u8], kinds: &'static [PartKind]) -> Result<Parts, PartError> {
+    let budget = Budget::for_input(payload.len());
     let (parts, rest): (Vec<Part>, _) =
-        postcard::take_from_bytes(payload).map_err(PartError::List)?;
+        bounded::take_from_bytes(payload, &budget).map_err(|e| match e {
+            Refused::Bound(b) => PartError::ListBound(b),
+            Refused::Decode(e) => PartError::List(e),
+        })?;
     if !rest.is_empty() {
         return Err(PartError::ListTrailing(rest.len()));
     }
@@ -115,7 +154,11 @@ pub fn decode(payload: &[u8], kinds: &'static [PartKind]) -> Result<Parts, PartE
         }
         found[i] = Some(p);
     }
-    Ok(Parts { kinds, found })
+    Ok(Parts {
+        kinds,
+        found,
+        budget,
+    })
 }
 
 impl Parts {
@@ -123,8 +166,11 @@ impl Parts {
     pub fn take<T: DeserializeOwned>(&self, which: usize) -> Result<T, PartError> {
         let name = self.kinds[which].name;
         let p = self.found[which].as_ref().ok_or(PartError::Missing(name))?;
-        let (value, rest) = postcard::take_from_bytes(&p.bytes)
-            .map_err(|source| PartError::Decode { name, source })?;
+        let (value, rest) =
+            bounded::take_from_bytes(&p.bytes, &self.budget).map_err(|e| match e {
+                Refused::Bound(source) => PartError::Bound { name, source },
+                Refused::Decode(source) => PartError::Decode { name, source },
+            })?;
         if !rest.is_empty() {
             return Err(PartError::Trailing {
                 name,
@@ -228,6 +274,14 @@ mod tests {
             decode(&list, KINDS),
             Err(PartError::ListTrailing(1))
         ));
-        assert!(matches!(decode(&[5], KINDS), Err(PartError::List(_))));
+        // Five parts declared, none there: refused before anything is built.
+        assert!(matches!(
+            decode(&[5], KINDS),
+            Err(PartError::ListBound(crate::bounded::BoundError::Count {
+                declared: 5,
+                left: 0
+            }))
+        ));
+        assert!(matches!(decode(&[1, 1], KINDS), Err(PartError::List(_))));
     }
 }

@@ -121,6 +121,8 @@ pub enum StateError {
     Frame(#[from] FrameError),
     #[error("state payload does not decode (a value this build does not know, or a truncated or malformed field)")]
     Decode(#[from] postcard::Error),
+    #[error("state payload claims more than it holds")]
+    Bound(#[from] crate::bounded::BoundError),
     #[error("state payload has {0} bytes after its end")]
     Trailing(usize),
     #[error("state refers to descriptor {index}, but only {count} were received")]
@@ -133,6 +135,15 @@ pub enum StateError {
     Unrepresentable { version: u32, why: String },
     #[error("this build cannot write state format {0} (it writes {MIN_WRITE}-{FORMAT_VERSION})", FORMAT_VERSION = frame::FORMAT_VERSION, MIN_WRITE = frame::MIN_FORMAT_VERSION)]
     CannotWrite(u32),
+}
+
+impl From<crate::bounded::Refused> for StateError {
+    fn from(e: crate::bounded::Refused) -> Self {
+        match e {
+            crate::bounded::Refused::Bound(b) => StateError::Bound(b),
+            crate::bounded::Refused::Decode(d) => StateError::Decode(d),
+        }
+    }
 }
 
 impl DaemonState {
@@ -438,7 +449,9 @@ pub(crate) mod tests {
             assert!(
                 matches!(
                     short,
-                    StateError::Decode(_) | StateError::Part(PartError::List(_))
+                    StateError::Decode(_)
+                        | StateError::Bound(_)
+                        | StateError::Part(PartError::List(_) | PartError::ListBound(_))
                 ),
                 "{v}: {short:?}"
             );

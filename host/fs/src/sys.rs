@@ -433,6 +433,21 @@ pub fn fcntl_lock(fd: BorrowedFd<'_>, cmd: libc::c_int, lock: &mut libc::flock) 
     check(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, lock as *mut libc::flock) }).map(drop)
 }
 
+/// A non-blocking, close-on-exec eventfd.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; the result is checked and owned.
+    let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: fd was just returned by eventfd and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter (waking whoever polls it).
+pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: `one` is valid for reads of its 8 bytes.
+    check_size(unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) }).map(drop)
+}
+
 /// `flock(2)`.
 pub fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
     // SAFETY: valid descriptor; no pointers.

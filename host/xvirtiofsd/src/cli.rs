@@ -221,7 +221,8 @@ pub struct Opt {
     pub metrics_file: Option<PathBuf>,
 
     /// Control socket for `xvirtiofsd status` and `xvirtiofsd upgrade`
-    /// [default: /run/xvirtiofsd/<pid>.sock].
+    /// [default: /run/xvirtiofsd/<pid>.sock, the pid of the process started:
+    /// with --crash-restart, the holder].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
 

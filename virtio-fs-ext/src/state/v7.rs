@@ -212,7 +212,8 @@ pub(super) fn encode(st: &DaemonState) -> Result<Vec<u8>, StateError> {
 
 /// A format-7 payload as this build's state.
 pub(super) fn decode(payload: &[u8]) -> Result<DaemonState, StateError> {
-    let (l, rest): (Layout<FsState>, _) = postcard::take_from_bytes(payload)?;
+    let budget = crate::bounded::Budget::for_input(payload.len());
+    let (l, rest): (Layout<FsState>, _) = crate::bounded::take_from_bytes(payload, &budget)?;
     if !rest.is_empty() {
         return Err(StateError::Trailing(rest.len()));
     }

@@ -8,7 +8,10 @@
 //! worker keeps its descriptor chain, serves other requests, and asks again
 //! ([`Server::retry_lock`](super::server::Server::retry_lock)) until the
 //! lock is granted, a FUSE_INTERRUPT names the request, or the ring stops
-//! (both answered EINTR, as a signal ends a wait on the host).
+//! (both answered EINTR, as a signal ends a wait on the host). It asks
+//! again at once when this server lets go of a lock on the same node, and
+//! on its own, ever less often, for locks held elsewhere
+//! ([`super::lock_events`]).
 
 use super::abi::{self, flags, init_flags, opcode, FileLock, LkIn, LkOut, Wire};
 use super::io::ReplyWriter;
@@ -26,6 +29,11 @@ impl LockWait {
     /// The request's `unique`.
     pub fn unique(&self) -> u64 {
         self.h.unique
+    }
+
+    /// The node whose lock it waits for.
+    pub fn node(&self) -> u64 {
+        self.h.nodeid
     }
 }
 

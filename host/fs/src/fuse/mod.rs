@@ -6,10 +6,12 @@
 pub mod abi;
 mod file_ops;
 pub mod io;
+mod lock_events;
 mod locks;
 mod ops;
 mod secctx;
 pub mod server;
+pub use lock_events::Wake;
 pub use locks::LockWait;
 pub mod session;
 mod wire;

@@ -31,6 +31,7 @@
 use super::abi::{self, init_flags, opcode, Wire};
 use super::file_ops;
 use super::io::{ReplyWriter, RequestReader};
+use super::lock_events::{LockEvent, LockEvents, Wake};
 use super::locks::{self, LockWait};
 use super::ops;
 use super::session::{Session, SessionError, SessionState};
@@ -103,6 +104,11 @@ pub struct Server<F> {
     waits: AtomicUsize,
     /// `unique` of each FUSE_INTERRUPT received while locks wait.
     interrupted: Mutex<VecDeque<u64>>,
+    /// What may let a waiting SETLKW through, for the workers that keep them.
+    lock_events: LockEvents,
+    /// Held around a request that may let go of locks while SETLKW wait,
+    /// and by a worker around a round of trying its waiting ones again.
+    lock_gate: Mutex<()>,
 }
 
 impl<F: FileSystem> Server<F> {
@@ -117,6 +123,8 @@ impl<F: FileSystem> Server<F> {
             refuse: std::sync::atomic::AtomicI32::new(0),
             waits: AtomicUsize::new(0),
             interrupted: Mutex::new(VecDeque::new()),
+            lock_events: LockEvents::default(),
+            lock_gate: Mutex::new(()),
         }
     }
 
@@ -187,6 +195,56 @@ impl<F: FileSystem> Server<F> {
         Some(n)
     }
 
+    /// Ends a waiting SETLKW with EINTR if a FUSE_INTERRUPT named it
+    /// (`Some(reply bytes)`), without trying its lock again.
+    pub fn take_interrupted(&self, wait: &LockWait, w: &mut dyn ReplyWriter) -> Option<usize> {
+        self.take_interrupt(wait.unique())
+            .then(|| self.end_wait(*wait, w, libc::EINTR))
+    }
+
+    /// The eventfd signalled whenever something may let a waiting SETLKW
+    /// through (see [`super::lock_events`]): poll it edge-triggered, never
+    /// read it. None if it could not be made.
+    pub fn lock_events_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.lock_events.fd()
+    }
+
+    /// Which waiting SETLKW to try again now, from what happened since
+    /// event number `seen` (updated). A caller starts from
+    /// [`Server::lock_events_last`].
+    pub fn lock_events_since(&self, seen: &mut u64) -> Wake {
+        self.lock_events.since(seen)
+    }
+
+    /// The number of the last lock event.
+    pub fn lock_events_last(&self) -> u64 {
+        self.lock_events.last()
+    }
+
+    /// Held by a worker while it tries its waiting SETLKW again: a request
+    /// that lets go of a lock meanwhile waits for the round to end, so the
+    /// round sees the lock held throughout or free throughout, and the
+    /// oldest request it tries gets a lock freed before it began.
+    pub fn lock_gate(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock_gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Logs what request `h`, answered with `result`, may have let go of,
+    /// for the SETLKW requests that wait (nothing while none does).
+    fn note_lock_events(&self, h: &abi::InHeader, result: &OpResult) {
+        if self.waits.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let event = match h.opcode {
+            opcode::SETLK | opcode::SETLKW if result.is_ok() => LockEvent::Released(h.nodeid),
+            opcode::FLUSH | opcode::RELEASE | opcode::RELEASEDIR => LockEvent::Released(h.nodeid),
+            opcode::INTERRUPT => LockEvent::Interrupted,
+            opcode::INIT | opcode::DESTROY => LockEvent::All,
+            _ => return,
+        };
+        self.lock_events.note(event);
+    }
+
     /// Ends a waiting SETLKW with `errno` (EINTR when its ring stops).
     pub fn end_wait(&self, wait: LockWait, w: &mut dyn ReplyWriter, errno: i32) -> usize {
         self.waits.fetch_sub(1, Ordering::Relaxed);
@@ -241,7 +299,12 @@ impl<F: FileSystem> Server<F> {
                 reply_error(w, h.unique, refuse)
             });
         }
-        Outcome::Replied(match self.handle_checked(&h, r, w) {
+        let gate = (self.waits.load(Ordering::Relaxed) > 0 && may_release_locks(h.opcode))
+            .then(|| self.lock_gate());
+        let result = self.handle_checked(&h, r, w);
+        self.note_lock_events(&h, &result);
+        drop(gate);
+        Outcome::Replied(match result {
             Ok(n) => n,
             Err(Error::Blocked(lk)) => {
                 self.waits.fetch_add(1, Ordering::Relaxed);
@@ -435,6 +498,14 @@ impl<F: FileSystem> Server<F> {
         );
         reply_ok(w, h.unique, &[&out.to_bytes()])
     }
+}
+
+/// Requests that may let go of a lock (see [`Server::lock_gate`]).
+fn may_release_locks(op: u32) -> bool {
+    matches!(
+        op,
+        opcode::SETLK | opcode::SETLKW | opcode::FLUSH | opcode::RELEASE | opcode::RELEASEDIR
+    )
 }
 
 /// The INIT body: at least the 16-byte compat structure, at most the full one.

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Joining another process's cgroups: a successor started by `xvirtiofsd
 //! upgrade` begins in the caller's cgroups and moves itself into those of the
-//! daemon it replaces (libvirt puts its daemons in the domain's cgroups).
+//! daemon it replaces (libvirt puts its daemons in the domain's cgroups),
+//! once it has proven which process that is ([`prove_owner`]).
 
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
@@ -28,18 +31,74 @@ fn mount_point(controllers: &str, mounts: &str) -> Option<PathBuf> {
     None
 }
 
-/// Whether process `pid` has a descriptor open on the socket `ident`
-/// (`socket:[inode]`, as [`crate::sys::socket_ident`] renders it).
-pub fn holds_socket(pid: i32, ident: &str) -> bool {
-    if pid <= 0 || ident.is_empty() {
-        return false;
+/// Which of the sockets `idents` (`socket:[inode]`, as
+/// [`crate::sys::socket_ident`] renders them) process `pid` has a
+/// descriptor open on: one pass over `/proc/PID/fd`, which ends once all
+/// are found.
+fn held_sockets(pid: i32, idents: &[&str]) -> Vec<bool> {
+    let mut held = vec![false; idents.len()];
+    if pid <= 0 {
+        return held;
     }
     let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
+        return held;
     };
-    entries
-        .flatten()
-        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == ident))
+    for e in entries.flatten() {
+        let Ok(link) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        for (i, id) in idents.iter().enumerate() {
+            if !id.is_empty() && link.as_os_str() == *id {
+                held[i] = true;
+            }
+        }
+        if held.iter().all(|&h| h) {
+            break;
+        }
+    }
+    held
+}
+
+/// How long a successor waits for the running daemon to accept its
+/// connection (it serves one control client at a time, each for at most
+/// 5 s).
+const ACCEPT_WAIT: Duration = Duration::from_secs(6);
+
+/// Proves that process `pid`, which a `status` answer names as the
+/// running daemon, is the one on the other end of `witness` (a control
+/// connection it has not answered yet, so still holds) and holds the
+/// vhost-user connection `connection` (`socket:[inode]`) that `status`
+/// names. A forged `status` (a compromised daemon naming another
+/// process, to have its successor join that process's cgroups) fails:
+/// the kernel, not the answer, says which socket accepted `witness`.
+/// The error says why, for the log.
+pub fn prove_owner(pid: u32, connection: &str, witness: BorrowedFd<'_>) -> Result<(), String> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("pid {pid} is no process"))?;
+    let deadline = Instant::now() + ACCEPT_WAIT;
+    let accepted = loop {
+        match crate::sys::unix_peer_inode(witness) {
+            Ok(0) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            Ok(0) => return Err("the running daemon did not accept a control connection".into()),
+            Ok(ino) => break format!("socket:[{ino}]"),
+            Err(e) => {
+                return Err(format!(
+                    "cannot tell who answers on the control socket: {e}"
+                ))
+            }
+        }
+    };
+    match held_sockets(pid, &[&accepted, connection])[..] {
+        [true, true] => Ok(()),
+        [false, _] => Err(format!(
+            "pid {pid} is not the process that answers on the control socket"
+        )),
+        _ => Err(format!(
+            "pid {pid} does not hold the vhost-user connection {connection} its status names"
+        )),
+    }
 }
 
 /// Moves this process into every cgroup `pid` is in (best effort, logged).

@@ -138,7 +138,7 @@ impl Daemon {
         // guest kernel has already applied the caller's), and sockets must
         // not be created under it.
         let listener = listen(opt)?;
-        let (control, control_path) = bind_control(opt);
+        let (control, control_path) = bind_control(opt, starter_pid(link.as_ref()));
         let notifier = Notifier::from_env();
         let walls = walls(opt, 0)?;
         let metrics = open_metrics(&cfg, &walls)?;
@@ -724,15 +724,25 @@ pub fn bind_before_user_namespace(opt: &mut Opt) -> Result<(), SetupError> {
     if opt.fd.is_none() {
         opt.fd = Some(listen(opt)?.into_raw_fd());
     }
-    let (control, path) = bind_control(opt);
+    let (control, path) = bind_control(opt, sandbox::daemon_pid());
     opt.control_fd = control.map(IntoRawFd::into_raw_fd);
     opt.control = path;
     Ok(())
 }
 
-/// The control socket, unless disabled; a failure to bind only loses
-/// `status` and live upgrade.
-fn bind_control(opt: &Opt) -> (Option<UnixListener>, Option<PathBuf>) {
+/// The pid the default control socket is named after: the process whoever
+/// started the daemon knows, whose first-start record
+/// ([`crate::upgrade::record`]) bears the same name. Under a holder
+/// (`--crash-restart`) that is the holder, not this serving process.
+fn starter_pid(link: Option<&HolderLink>) -> u32 {
+    link.map(|l| l.journal().holder_pid())
+        .filter(|&pid| pid > 0)
+        .unwrap_or_else(sandbox::daemon_pid)
+}
+
+/// The control socket, unless disabled (by default named after
+/// `starter`); a failure to bind only loses `status` and live upgrade.
+fn bind_control(opt: &Opt, starter: u32) -> (Option<UnixListener>, Option<PathBuf>) {
     if opt.no_control {
         return (None, None);
     }
@@ -747,7 +757,7 @@ fn bind_control(opt: &Opt) -> (Option<UnixListener>, Option<PathBuf>) {
     let path = opt
         .control
         .clone()
-        .unwrap_or_else(|| control::default_path(sandbox::daemon_pid()));
+        .unwrap_or_else(|| control::default_path(starter));
     match control::bind(&path) {
         Ok(l) => (Some(l), Some(path)),
         Err(e) => {

@@ -5,6 +5,7 @@
 //! is done before it says HELLO, because from HELLO until it confirms the
 //! predecessor's queues are stopped and the guest waits.
 
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -12,6 +13,7 @@ use log::warn;
 
 use super::{canonical_shared_dir, own_settings, Daemon, Origin, Own};
 use crate::cli::Opt;
+use crate::confine::cgroup;
 use crate::crash_restart::checkpoint::HolderLink;
 use crate::error::SetupError;
 use crate::ops::{control, logger};
@@ -43,12 +45,15 @@ fn take_over(
     link: Option<HolderLink>,
 ) -> Result<Daemon, SetupError> {
     let wake_cost = measure_wake_cost(200);
-    // One connection for status, one for the handover (the control socket
-    // serves one command per connection); each peer is checked before
-    // anything is sent to it. Both are opened before the sandbox hides
-    // the control socket's path.
-    let joined = join_cgroups_early(handover::connect(control_path)?);
+    // One connection for status, one for the preload, one for the
+    // handover (the control socket serves one command per connection);
+    // each peer is checked before anything is sent to it. All are opened
+    // before the sandbox hides the control socket's path. The preload's,
+    // accepted but not answered yet, witnesses who answers (see
+    // `join_cgroups_early`).
+    let status_peer = handover::connect(control_path)?;
     let preload_peer = handover::connect(control_path)?;
+    let joined = join_cgroups_early(status_peer, &preload_peer);
     let peer = handover::connect(control_path)?;
     let shared_dir = canonical_shared_dir(opt)?;
     let mut prepared = prepare(opt, &shared_dir)?;
@@ -107,10 +112,14 @@ fn prepare(opt: &Opt, shared_dir: &Path) -> Result<Prepared, SetupError> {
 }
 
 /// Moves into the cgroups of the daemon on `peer` (a checked control
-/// connection) if it holds the vhost-user connection its status names
-/// (a cgroup migration can take milliseconds).
+/// connection) once the process its status names is proven to be the one
+/// that answers on `witness` (another control connection) and to hold the
+/// vhost-user connection the status names: the status is the running
+/// daemon's word, which a compromised daemon could forge to send its
+/// successor into another process's cgroups. A cgroup migration can take
+/// milliseconds, so this is done before the handover begins.
 /// Returns that daemon's pid (its state must name the same one).
-fn join_cgroups_early(peer: UnixStream) -> Option<u32> {
+fn join_cgroups_early(peer: UnixStream, witness: &UnixStream) -> Option<u32> {
     let status = control::query_status_on(peer).ok()?;
     let s: control::StatusSummary = serde_json::from_str(status.trim()).ok()?;
     let pid = if s.serving_pid > 0 {
@@ -118,9 +127,10 @@ fn join_cgroups_early(peer: UnixStream) -> Option<u32> {
     } else {
         s.pid
     };
-    if !crate::confine::cgroup::holds_socket(pid as i32, &s.connection) {
+    if let Err(why) = cgroup::prove_owner(pid, &s.connection, witness.as_fd()) {
+        warn!("upgrade: not joining the running daemon's cgroups: {why}");
         return None;
     }
-    crate::confine::cgroup::join_cgroups_of(pid as i32);
+    cgroup::join_cgroups_of(pid as i32);
     Some(pid)
 }

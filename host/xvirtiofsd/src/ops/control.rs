@@ -14,8 +14,10 @@
 //!   vhost-user messages.
 //!
 //! Default path: `/run/xvirtiofsd/<pid>.sock`, named after the pid of the
-//! daemon that created it; it stays the same across live upgrades (the
-//! listening socket itself is handed over).
+//! process that was started (with `--crash-restart`, the holder: the same
+//! name as the record of its first start, `crate::upgrade::record`); it
+//! stays the same across live upgrades and crash restarts (the listening
+//! socket itself is handed over).
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};

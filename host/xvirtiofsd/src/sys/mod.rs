@@ -10,8 +10,10 @@ use std::path::Path;
 mod fds;
 pub mod landlock;
 mod process;
+mod sock_diag;
 pub use fds::*;
 pub use process::*;
+pub use sock_diag::unix_peer_inode;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {

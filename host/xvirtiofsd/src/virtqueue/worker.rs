@@ -201,6 +201,8 @@ impl Worker {
             recorder,
             waiting: WaitList::new(cfg.size),
             next_retry: Instant::now(),
+            retry_delay: LOCK_RETRY,
+            lock_seen: 0,
             unsignalled: 0,
         };
         let handle = std::thread::Builder::new()
@@ -276,6 +278,8 @@ fn detached(
         recorder: None,
         waiting: WaitList::new(cfg.size),
         next_retry: Instant::now(),
+        retry_delay: LOCK_RETRY,
+        lock_seen: 0,
         unsignalled: 0,
     })
 }
@@ -336,15 +340,33 @@ struct WorkerCtx {
     recorder: Option<Recorder>,
     /// SETLKW requests waiting for their lock, unanswered.
     waiting: WaitList,
-    /// When to ask for their locks again.
+    /// When to ask for all their locks again.
     next_retry: Instant,
+    /// How long after that to ask again (doubling up to
+    /// [`LOCK_RETRY_MAX`]).
+    retry_delay: Duration,
+    /// The last lock event of the server looked at.
+    lock_seen: u64,
     /// Replies published since the guest's notification was last checked.
     unsignalled: u16,
 }
 
-/// How often a worker asks again for the lock of a waiting SETLKW (the
-/// host tells nobody when a lock is freed).
+/// How soon a worker asks again for the locks of waiting SETLKW requests
+/// it has not been told about: the host tells nobody when a lock another
+/// process or guest holds is freed. Each time it waits twice as long, up
+/// to [`LOCK_RETRY_PER_WAITER`] per waiting request (at least this, at
+/// most [`LOCK_RETRY_MAX`]): however many wait, once they have waited a
+/// while a worker asks the host about a thousand times a second in all,
+/// not 200 times a second for each. A lock this daemon lets go of (an
+/// unlock, FLUSH, RELEASE) or a FUSE_INTERRUPT makes it ask again at once
+/// for the requests concerned (see `xvfs_fs::fuse::Wake`).
 pub const LOCK_RETRY: Duration = Duration::from_millis(5);
+/// The pause between two rounds of asking grows to this much per waiting
+/// request.
+pub const LOCK_RETRY_PER_WAITER: Duration = Duration::from_millis(1);
+/// The longest a waiting SETLKW goes without being tried again: the most
+/// its grant lags behind a lock freed elsewhere.
+pub const LOCK_RETRY_MAX: Duration = Duration::from_secs(1);
 
 impl WorkerCtx {
     fn run(mut self) -> WorkerExit {
@@ -381,10 +403,16 @@ impl WorkerCtx {
         // wakes the worker once, without a read(2) per wake-up.
         const KICK: u32 = 0;
         const STOP: u32 = 1;
+        // Lock events: edge-triggered and never read, as the kick.
+        const LOCKS: u32 = 2;
         let wait = sys::Epoll::new()
             .and_then(|ep| ep.add(self.kick.as_fd(), KICK, true).map(|()| ep))
             .and_then(|ep| ep.add(self.stop_fd.as_fd(), STOP, false).map(|()| ep))
             .map_err(RingFault::Wait)?;
+        let server = Arc::clone(&self.server);
+        if let Some(fd) = server.lock_events_fd() {
+            wait.add(fd, LOCKS, true).map_err(RingFault::Wait)?;
+        }
         loop {
             let guard = self.mem.memory();
             let mem: &GuestMemoryMmap = &guard;
@@ -429,7 +457,10 @@ impl WorkerCtx {
             let timeout = if self.waiting.is_empty() {
                 -1
             } else {
-                LOCK_RETRY.as_millis() as i32
+                let due = self.next_retry.saturating_duration_since(Instant::now());
+                due.as_micros()
+                    .div_ceil(1000)
+                    .clamp(1, LOCK_RETRY_MAX.as_millis()) as i32
             };
             let ready = wait.wait(timeout).map_err(RingFault::Wait)?;
             if ready & (1 << STOP) != 0 {
@@ -610,21 +641,34 @@ impl WorkerCtx {
         Ok(())
     }
 
-    /// Asks again for the locks of the waiting SETLKW requests (at most
-    /// every [`LOCK_RETRY`]), publishing those that are answered.
+    /// Asks again for the locks of the waiting SETLKW requests, oldest
+    /// first, publishing those that are answered: all of them when their
+    /// time has come (see [`LOCK_RETRY`]), else those on a node whose lock
+    /// this daemon let go of since; a FUSE_INTERRUPT ends the request it
+    /// names.
     fn retry_waiting(&mut self, mem: &GuestMemoryMmap) -> Result<(), RingFault> {
         if self.waiting.is_empty() {
             return Ok(());
         }
+        let wake = self.server.lock_events_since(&mut self.lock_seen);
         let now = Instant::now();
-        if now < self.next_retry {
+        let blind = now >= self.next_retry;
+        if !blind && wake.is_empty() {
             return Ok(());
         }
-        self.next_retry = now + LOCK_RETRY;
+        let server = Arc::clone(&self.server);
+        let _round = server.lock_gate();
         let mut i = 0;
         while i < self.waiting.list.len() {
             let p = &self.waiting.list[i];
-            match self.server.retry_lock(&p.wait, &mut p.writer()) {
+            let answer = if blind || wake.covers(p.wait.node()) {
+                self.server.retry_lock(&p.wait, &mut p.writer())
+            } else if wake.interrupts {
+                self.server.take_interrupted(&p.wait, &mut p.writer())
+            } else {
+                None
+            };
+            match answer {
                 None => i += 1,
                 Some(n) => {
                     let p = self.waiting.remove(i);
@@ -632,13 +676,25 @@ impl WorkerCtx {
                 }
             }
         }
+        if blind {
+            let waiting = u32::try_from(self.waiting.list.len()).unwrap_or(u32::MAX);
+            let longest = (LOCK_RETRY_PER_WAITER * waiting).clamp(LOCK_RETRY, LOCK_RETRY_MAX);
+            self.retry_delay = (self.retry_delay * 2).min(longest);
+            self.next_retry = now + self.retry_delay;
+        }
         self.signal_used(mem)
     }
 
     /// Keeps a SETLKW waiting for its lock; with [`WaitList::is_full`],
-    /// answers it ENOLCK at once instead.
+    /// answers it ENOLCK at once instead. The first to wait starts the
+    /// retries afresh.
     fn park(&mut self, mem: &GuestMemoryMmap, p: Waiting) -> Result<(), RingFault> {
         if !self.waiting.is_full() {
+            if self.waiting.is_empty() {
+                self.retry_delay = LOCK_RETRY;
+                self.next_retry = Instant::now() + LOCK_RETRY;
+                self.lock_seen = self.server.lock_events_last();
+            }
             self.waiting.push(p);
             return Ok(());
         }

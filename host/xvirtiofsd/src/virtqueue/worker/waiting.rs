@@ -35,8 +35,10 @@ impl Waiting {
 /// chain head (the device owns a chain until it puts it on the used ring,
 /// so a guest that makes a waiting head available again corrupted its
 /// ring), and at most `max` in all, the ring size: each one costs an
-/// fcntl(2) every [`LOCK_RETRY`](super::LOCK_RETRY). With heads unique the
-/// ring size already bounds the list; `max` keeps it bounded on its own.
+/// fcntl(2) each time they are tried again (see
+/// [`LOCK_RETRY`](super::LOCK_RETRY)). With heads unique the ring size
+/// already bounds the list; `max` keeps it bounded on its own. The list
+/// keeps the order they came in, which is the order they are tried in.
 pub(super) struct WaitList {
     pub(super) list: Vec<Waiting>,
     /// Whether each head (by index) waits in `list`.
@@ -82,9 +84,9 @@ impl WaitList {
         self.list.push(p);
     }
 
-    /// Removes entry `i` (the last one takes its place).
+    /// Removes entry `i` (the others keep their order).
     pub(super) fn remove(&mut self, i: usize) -> Waiting {
-        let p = self.list.swap_remove(i);
+        let p = self.list.remove(i);
         if let Some(h) = self.heads.get_mut(usize::from(p.head)) {
             *h = false;
         }
