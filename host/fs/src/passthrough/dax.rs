@@ -6,13 +6,14 @@
 //! own memory, with no FUSE round trip per access.
 //!
 //! Every range the guest asks for is checked: inside the window, aligned
-//! to pages, a regular file of the share. The table of what is mapped
-//! where lets a mapping be replaced (a read mapping upgraded for writing,
-//! a window range reused after a failed removal) and dropped at the end
-//! of a session. The VMM maps with a descriptor open for reading and
-//! writing whatever the protection asked, so a read-only share gets no
-//! mapping at all. Only ranges wholly inside a non-empty file are mapped
-//! (QEMU 11.1 refuses the others, and would grow an empty file).
+//! to pages (its length too), a regular file of the share. The table of
+//! what is mapped where lets a mapping be replaced (a read mapping upgraded
+//! for writing, a window range reused after a failed removal) and dropped
+//! at the end of a session; a mapping whose removal failed stays in it. The
+//! VMM maps with a descriptor open for reading and writing whatever the
+//! protection asked, so a read-only share gets no mapping at all. Only
+//! ranges wholly inside a non-empty file are mapped (QEMU 11.1 refuses the
+//! others, and would grow an empty file).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -104,18 +105,30 @@ impl std::fmt::Debug for Window {
     }
 }
 
+/// The window offsets of the mappings in `maps` that overlap
+/// `start..end`. The table's mappings do not overlap one another, so of
+/// those that start before `end`, the later one starts the later it ends.
+fn overlapping(maps: &BTreeMap<u64, MappingState>, start: u64, end: u64) -> Vec<u64> {
+    maps.range(..end)
+        .rev()
+        .take_while(|(&at, m)| at.saturating_add(m.len) > start)
+        .map(|(&at, _)| at)
+        .collect()
+}
+
 impl Window {
-    /// Unmaps every mapping that overlaps `start..end`.
+    /// Unmaps every mapping that overlaps `start..end`. One the front-end
+    /// does not unmap stays in the table: the front-end may still have it.
     fn clear_range(&self, maps: &mut BTreeMap<u64, MappingState>, start: u64, end: u64) {
-        let hit: Vec<(u64, u64)> = maps
-            .range(..end)
-            .filter(|(&at, m)| at + m.len > start)
-            .map(|(&at, m)| (at, m.len))
-            .collect();
-        for (at, len) in hit {
-            maps.remove(&at);
-            if let Err(e) = self.unmap(at, len) {
-                log::warn!("DAX: unmapping {len:#x} at {at:#x} of the window: {e}");
+        for at in overlapping(maps, start, end) {
+            let Some(len) = maps.get(&at).map(|m| m.len) else {
+                continue;
+            };
+            match self.unmap(at, len) {
+                Ok(()) => {
+                    maps.remove(&at);
+                }
+                Err(e) => log::warn!("DAX: unmapping {len:#x} at {at:#x} of the window: {e}"),
             }
         }
     }
@@ -209,10 +222,8 @@ impl PassthroughFs {
         let mut table = lock(&w.maps);
         for m in maps {
             let end = m.window_offset.checked_add(m.len);
-            let overlaps = table
-                .range(..end.unwrap_or(u64::MAX))
-                .any(|(&at, o)| at + o.len > m.window_offset);
-            if end.is_none_or(|e| e > w.size) || overlaps || m.len == 0 {
+            let overlap = !overlapping(&table, m.window_offset, end.unwrap_or(u64::MAX)).is_empty();
+            if end.is_none_or(|e| e > w.size) || overlap || m.len == 0 || !aligned(m.len) {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!(
@@ -299,8 +310,9 @@ impl Dax for PassthroughFs {
             .inspect_err(|_| {
                 w.counts.refused.fetch_add(1, Ordering::Relaxed);
             })?;
+        let end = window_offset + len;
         let mut maps = lock(&w.maps);
-        w.clear_range(&mut maps, window_offset, window_offset + len);
+        w.clear_range(&mut maps, window_offset, end);
         if !w.complete.load(Ordering::Relaxed) {
             // Refused when nothing is mapped there: that is fine.
             let _ = w.mapper.unmap(window_offset, len);
@@ -312,6 +324,11 @@ impl Dax for PassthroughFs {
         match &r {
             Ok(()) => {
                 w.counts.maps.fetch_add(1, Ordering::Relaxed);
+                // The front-end maps nothing over another mapping: any entry
+                // left there (its removal failed) was not one.
+                for at in overlapping(&maps, window_offset, end) {
+                    maps.remove(&at);
+                }
                 maps.insert(
                     window_offset,
                     MappingState {
@@ -337,12 +354,14 @@ impl Dax for PassthroughFs {
         let mut res = Ok(());
         for &(at, len) in ranges {
             match maps.get(&at) {
-                Some(m) if m.len == len => {
-                    maps.remove(&at);
-                    if let Err(e) = w.unmap(at, len) {
-                        res = res.and(Err(e));
+                // One the front-end does not remove stays known: the guest
+                // may ask again, and a map there first removes it.
+                Some(m) if m.len == len => match w.unmap(at, len) {
+                    Ok(()) => {
+                        maps.remove(&at);
                     }
-                }
+                    Err(e) => res = res.and(Err(e)),
+                },
                 None if !w.complete.load(Ordering::Relaxed) => {
                     if let Err(e) = w.unmap(at, len) {
                         res = res.and(Err(e));
@@ -359,6 +378,8 @@ impl Dax for PassthroughFs {
 impl PassthroughFs {
     /// SETUPMAPPING's checks: a descriptor of the file to map, or why
     /// `len` bytes of `node` at `file_offset` may not go to `window_offset`.
+    /// The length is whole pages, as every mapping of the front-end's is (a
+    /// successor refuses any other).
     fn mappable(
         &self,
         w: &Window,
@@ -370,7 +391,8 @@ impl PassthroughFs {
         let end = window_offset
             .checked_add(len)
             .ok_or_else(|| err(libc::EINVAL))?;
-        if len == 0 || end > w.size || !aligned(window_offset) || !aligned(file_offset) {
+        let pages = aligned(window_offset) && aligned(file_offset) && aligned(len);
+        if len == 0 || end > w.size || !pages {
             return Err(err(libc::EINVAL));
         }
         file_offset
