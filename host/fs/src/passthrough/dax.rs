@@ -14,6 +14,11 @@
 //! protection asked, so a read-only share gets no mapping at all. Only
 //! ranges wholly inside a non-empty file are mapped (QEMU 11.1 refuses the
 //! others, and would grow an empty file).
+//!
+//! Stores through the window are writes the host kernel never sees, so it
+//! cannot clear a file's privileges as it does on a write: a writable
+//! mapping clears them when it is made ([`kill_privileges`]), and a file
+//! that has them gets no read mapping (QEMU maps that writable too).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -26,6 +31,7 @@ use super::{err, Ctx, PassthroughFs};
 use crate::filesystem::Dax;
 use crate::state::MappingState;
 use crate::sys;
+use crate::sys::Stat;
 
 /// Maps file ranges into the DAX window (the daemon's back-end channel to
 /// the VMM).
@@ -93,7 +99,8 @@ pub struct DaxCounts {
     /// Mappings removed (SHMEM_UNMAP sent: REMOVEMAPPING, replaced, session end).
     pub unmaps: u64,
     /// SETUPMAPPINGs refused here: outside the window or the file, a
-    /// read-only share, not a regular file.
+    /// read-only share, not a regular file, a file whose privileges could
+    /// not be cleared.
     pub refused: u64,
     /// Maps and unmaps the front-end refused or did not answer.
     pub failed: u64,
@@ -294,6 +301,56 @@ fn aligned(v: u64) -> bool {
     v & ((1 << MAP_ALIGNMENT_LOG2) - 1) == 0
 }
 
+/// The mode bits a write by an unprivileged writer clears (the kernel's
+/// `should_remove_suid`): set-user-ID, and set-group-ID with group execute
+/// (without it the bit means mandatory locking, not privilege).
+fn setid_bits(mode: u32) -> u32 {
+    let mut bits = mode & libc::S_ISUID;
+    if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        bits |= libc::S_ISGID;
+    }
+    bits
+}
+
+/// Whether the file carries capabilities (`security.capability`).
+fn has_capabilities(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    match sys::fgetxattr(fd, c"security.capability", &mut []) {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a write does to a file's privileges, for a mapping about to be
+/// made of `fd` (whose attributes are `st`): a writable one clears them as
+/// the host kernel does on a write by an unprivileged writer (set-user-ID,
+/// set-group-ID with group execute, the file capabilities), since nobody
+/// can tell who will store through it; a read-only one of a privileged file
+/// is refused (EPERM), because QEMU 11.1 maps every range writable and a
+/// hostile guest could store through it all the same. A privilege that
+/// cannot be cleared refuses the mapping.
+fn kill_privileges(fd: BorrowedFd<'_>, st: &Stat, writable: bool) -> io::Result<()> {
+    let bits = setid_bits(st.st_mode);
+    let caps = has_capabilities(fd)?;
+    if bits == 0 && !caps {
+        return Ok(());
+    }
+    if !writable {
+        log::debug!("DAX: no read mapping of a file with set-ID bits or capabilities");
+        return Err(err(libc::EPERM));
+    }
+    if bits != 0 {
+        sys::fchmod(fd, st.st_mode & 0o7777 & !bits)?;
+    }
+    if caps {
+        match sys::fremovexattr(fd, c"security.capability") {
+            Err(e) if e.raw_os_error() != Some(libc::ENODATA) => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl Dax for PassthroughFs {
     fn setupmapping(
         &self,
@@ -307,6 +364,7 @@ impl Dax for PassthroughFs {
         let w = self.window()?;
         let fd = self
             .mappable(w, node, file_offset, len, window_offset)
+            .and_then(|(fd, st)| kill_privileges(fd.as_fd(), &st, writable).map(|()| fd))
             .inspect_err(|_| {
                 w.counts.refused.fetch_add(1, Ordering::Relaxed);
             })?;
@@ -376,10 +434,10 @@ impl Dax for PassthroughFs {
 }
 
 impl PassthroughFs {
-    /// SETUPMAPPING's checks: a descriptor of the file to map, or why
-    /// `len` bytes of `node` at `file_offset` may not go to `window_offset`.
-    /// The length is whole pages, as every mapping of the front-end's is (a
-    /// successor refuses any other).
+    /// SETUPMAPPING's checks: a descriptor of the file to map and its
+    /// attributes, or why `len` bytes of `node` at `file_offset` may not go
+    /// to `window_offset`. The length is whole pages, as every mapping of
+    /// the front-end's is (a successor refuses any other).
     fn mappable(
         &self,
         w: &Window,
@@ -387,7 +445,7 @@ impl PassthroughFs {
         file_offset: u64,
         len: u64,
         window_offset: u64,
-    ) -> io::Result<OwnedFd> {
+    ) -> io::Result<(OwnedFd, Stat)> {
         let end = window_offset
             .checked_add(len)
             .ok_or_else(|| err(libc::EINVAL))?;
@@ -415,6 +473,6 @@ impl PassthroughFs {
             );
             return Err(err(libc::EIO));
         }
-        Ok(fd)
+        Ok((fd, st))
     }
 }
