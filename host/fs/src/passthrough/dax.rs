@@ -112,6 +112,17 @@ impl std::fmt::Debug for Window {
     }
 }
 
+/// The window's state for a successor (live upgrade, crash restart).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WindowState {
+    /// The front-end's mappings, as far as the table knows them.
+    pub mappings: Vec<MappingState>,
+    /// Whether `mappings` is all the front-end has mapped.
+    pub complete: bool,
+    /// A map or unmap was given up before the front-end answered.
+    pub abandoned: bool,
+}
+
 /// The window offsets of the mappings in `maps` that overlap
 /// `start..end`. The table's mappings do not overlap one another, so of
 /// those that start before `end`, the later one starts the later it ends.
@@ -213,41 +224,52 @@ impl PassthroughFs {
         sys::stat_fd(fd).is_ok_and(|st| self.inodes.by_key((st.st_dev, st.st_ino)).is_some())
     }
 
-    /// The window's mappings, for a successor (live upgrade).
-    pub fn mappings(&self) -> Vec<MappingState> {
-        let Some(w) = &self.dax else {
-            return Vec::new();
-        };
-        lock(&w.maps).values().copied().collect()
+    /// The window's state for a successor. Without `with_mappings` (a
+    /// crash-restart checkpoint, taken while a map may be waiting on the
+    /// front-end with the table locked) the mappings are left out: nothing
+    /// here waits for a map in progress.
+    pub fn window_state(&self, with_mappings: bool) -> Option<WindowState> {
+        let w = self.dax.as_ref()?;
+        Some(WindowState {
+            mappings: if with_mappings {
+                lock(&w.maps).values().copied().collect()
+            } else {
+                Vec::new()
+            },
+            complete: w.complete.load(Ordering::Relaxed),
+            abandoned: w.abandoned.load(Ordering::Relaxed),
+        })
     }
 
-    /// Takes over a predecessor's mappings (the front-end still has them):
-    /// each must name a regular file this file system knows, and lie
-    /// inside the window apart from the others.
-    pub fn restore_mappings(&self, maps: &[MappingState]) -> io::Result<()> {
+    /// Takes over a predecessor's window (the front-end still has its
+    /// mappings): each mapping must name a regular file this file system
+    /// knows, and lie inside the window apart from the others. When the
+    /// state may be short of the truth (`unsure`: a crash restart's
+    /// checkpoint, which leaves the mappings out, or a state that did not
+    /// carry the rest), the table is not complete.
+    pub fn restore_window(&self, st: &WindowState, unsure: bool) -> io::Result<()> {
         let w = self.window()?;
         let mut table = lock(&w.maps);
-        for m in maps {
+        for m in &st.mappings {
             let end = m.window_offset.checked_add(m.len);
             let overlap = !overlapping(&table, m.window_offset, end.unwrap_or(u64::MAX)).is_empty();
             if end.is_none_or(|e| e > w.size) || overlap || m.len == 0 || !aligned(m.len) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "DAX mapping at {:#x} outside the window or overlapping",
-                        m.window_offset
-                    ),
-                ));
+                return Err(invalid(format!(
+                    "DAX mapping at {:#x} outside the window or overlapping",
+                    m.window_offset
+                )));
             }
             if !self.inode(m.node)?.is_reg() {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("DAX mapping of node {}: not a regular file", m.node),
-                ));
+                return Err(invalid(format!(
+                    "DAX mapping of node {}: not a regular file",
+                    m.node
+                )));
             }
             table.insert(m.window_offset, *m);
         }
         w.recount(&table);
+        w.complete.store(st.complete && !unsure, Ordering::Relaxed);
+        w.abandoned.store(st.abandoned, Ordering::Relaxed);
         Ok(())
     }
 
@@ -263,17 +285,6 @@ impl PassthroughFs {
         }
     }
 
-    /// After a crash restart: the front-end may hold mappings this table
-    /// does not know. The guest's removal of such a range is passed on as
-    /// it asks, and a map first removes whatever the front-end has there
-    /// (the guest maps and removes whole slots, so its ranges match the
-    /// front-end's exactly).
-    pub fn mappings_unknown(&self) {
-        if let Some(w) = &self.dax {
-            w.complete.store(false, Ordering::Relaxed);
-        }
-    }
-
     /// Drops every mapping (the session ends).
     pub(super) fn unmap_all(&self) {
         if let Some(w) = &self.dax {
@@ -286,6 +297,10 @@ impl PassthroughFs {
     fn window(&self) -> io::Result<&Window> {
         self.dax.as_ref().ok_or_else(|| err(libc::ENOSYS))
     }
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
 /// Whether `len` bytes at `offset` lie inside a file of `size` bytes.

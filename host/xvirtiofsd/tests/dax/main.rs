@@ -9,6 +9,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod lifecycle;
 mod qemu;
 
 use std::io::Read;

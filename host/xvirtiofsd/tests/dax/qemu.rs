@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-//! QEMU's side of the DAX back-end channel, and the FUSE bodies the tests
-//! send: one request read as QEMU reads it, its reply, and [`Qemu`], a
-//! front-end that keeps a table of the window's mappings as QEMU 11.1 does
-//! (an overlapping map or an unmap of nothing refused).
+//! QEMU's side of the DAX back-end channel, and the FUSE bodies and memory
+//! regions the tests send: one request read as QEMU reads it, its reply,
+//! and [`Qemu`], a front-end that keeps a table of the window's mappings as
+//! QEMU 11.1 does (an overlapping map or an unmap of nothing refused).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ pub const WINDOW: u64 = 8 << 20;
 pub const CHUNK: u64 = 2 << 20;
 pub const SHMEM_MAP: u32 = 9;
 pub const SHMEM_UNMAP: u32 = 10;
+/// Where the tests' front-end puts the window's chunks in guest memory.
+pub const CHUNK_GPA: u64 = 0x1_0000_0000;
 
 /// Gives the daemon its back-end channel (SET_BACKEND_REQ_FD) and returns
 /// QEMU's end; from then on every front-end request awaits its ack.
@@ -126,11 +128,26 @@ pub fn lookup(vmm: &mut Vmm, name: &str) -> (u64, bool) {
     (u64_at(&entry, 0), attr_flags & xvfs_fs::abi::ATTR_DAX != 0)
 }
 
+/// The memory region QEMU announces (ADD_MEM_REG) once it mapped `len`
+/// bytes of `file` at `moffset` of the window.
+pub fn chunk_region(file: &std::fs::File, moffset: u64) -> vhost::VhostUserMemoryRegionInfo {
+    vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: CHUNK_GPA + moffset,
+        memory_size: CHUNK,
+        userspace_addr: 0x7e00_0000_0000 + moffset,
+        mmap_offset: 0,
+        mmap_handle: file.as_raw_fd(),
+    }
+}
+
 /// QEMU's main loop on the back-end channel, in a thread: a table of the
 /// window's mappings (offset → inode number, length), kept as QEMU 11.1
 /// keeps it; a probe (a request it does not know) answered with 1.
 pub struct Qemu {
     pub table: Arc<Mutex<BTreeMap<u64, (u64, u64)>>>,
+    /// Requests are read but not answered while set (QEMU waits for this
+    /// daemon on the other socket).
+    pub held: Arc<AtomicBool>,
     /// Unmaps to refuse (the mapping stays).
     pub refuse_unmaps: Arc<AtomicU32>,
     /// Each request read: (request, window offset).
@@ -140,9 +157,10 @@ pub struct Qemu {
 impl Qemu {
     pub fn serve(s: UnixStream) -> Qemu {
         let table = Arc::new(Mutex::new(BTreeMap::new()));
+        let held = Arc::new(AtomicBool::new(false));
         let refuse_unmaps = Arc::new(AtomicU32::new(0));
         let (tx, seen) = mpsc::channel();
-        let (t, r) = (table.clone(), refuse_unmaps.clone());
+        let (t, h, r) = (table.clone(), held.clone(), refuse_unmaps.clone());
         std::thread::spawn(move || {
             while let Some((req, flags, body, fds)) = try_read_backend(&s) {
                 let at = if body.len() == 40 {
@@ -151,6 +169,9 @@ impl Qemu {
                     0
                 };
                 let _ = tx.send((req, at));
+                while h.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 let v = answer(&t, &r, req, &body, fds);
                 if flags & 0x8 != 0 {
                     reply_backend(&s, req, v);
@@ -159,6 +180,7 @@ impl Qemu {
         });
         Qemu {
             table,
+            held,
             refuse_unmaps,
             seen,
         }
