@@ -88,6 +88,10 @@ pub struct DaxState {
     /// A request was given up before the front-end answered: the table is
     /// not complete again after a device reset either.
     pub abandoned: bool,
+    /// The file systems (device numbers) of the share's files the window
+    /// maps: a guest-memory region backed by a file on one of them is a
+    /// window chunk, never mapped by the daemon.
+    pub devices: Vec<u64>,
 }
 
 /// Everything a successor needs (every format decodes into this).
@@ -359,6 +363,7 @@ pub(crate) mod tests {
                 late_replies: Some(1),
                 complete: false,
                 abandoned: true,
+                devices: vec![2049],
             }),
             ..sample()
         }

@@ -204,6 +204,7 @@ fn state_with_dax() -> DaemonState {
             late_replies: Some(2),
             complete: false,
             abandoned: true,
+            devices: vec![2049, 2050],
         }),
         ..state()
     }
@@ -217,6 +218,7 @@ fn state_with_dax_v1() -> DaemonState {
         d.late_replies = None;
         d.complete = false;
         d.abandoned = false;
+        d.devices = Vec::new();
     }
     st
 }

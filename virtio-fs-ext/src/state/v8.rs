@@ -62,8 +62,8 @@ pub const PARTS: &[PartKind] = &[
     },
     // Only with a DAX window; not optional: a reader that does not know
     // it could not serve the window's mappings. Version 2 added the
-    // back-end channel's late replies and the table's completeness;
-    // version 1 is still read ([`DaxV1`]).
+    // back-end channel's late replies, the table's completeness and the
+    // mapped files' devices; version 1 is still read ([`DaxV1`]).
     PartKind {
         id: 9,
         name: "dax",
@@ -76,7 +76,8 @@ const READS_OLDER: &[(u16, u16)] = &[(9, 1)];
 
 /// The "dax" part, version 1 (no release wrote it: the window came after
 /// 0.3.0). What it does not say is taken at its safest: the replies owed
-/// on the channel are not known, nor is the table complete.
+/// on the channel are not known, nor is the table complete, and the devices
+/// are those of the file system's nodes (see the successor's import).
 #[derive(Debug, Serialize, Deserialize)]
 struct DaxV1 {
     window: u64,
@@ -93,6 +94,7 @@ impl From<DaxV1> for super::DaxState {
             late_replies: None,
             complete: false,
             abandoned: false,
+            devices: Vec::new(),
         }
     }
 }
@@ -243,7 +245,7 @@ mod tests {
             got.late_replies, None,
             "the channel's replies are not known"
         );
-        assert!(!got.complete);
+        assert!(!got.complete && got.devices.is_empty());
         list[DAX].version = 3;
         assert!(decode_parts(&list).is_err(), "a later version is not");
     }

@@ -19,8 +19,13 @@
 //! cannot clear a file's privileges as it does on a write: a writable
 //! mapping clears them when it is made ([`kill_privileges`]), and a file
 //! that has them gets no read mapping (QEMU maps that writable too).
+//!
+//! The window also knows the file systems (device numbers) its files are
+//! on: QEMU adds each mapping to guest memory, backed by the mapped file,
+//! and a region on one of them is a window chunk the daemon must never map
+//! ([`PassthroughFs::is_window_file`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,6 +65,10 @@ pub(super) struct Window {
     mapper: Arc<dyn Mapper>,
     size: u64,
     maps: Mutex<BTreeMap<u64, MappingState>>,
+    /// The file systems of the share root and of every file a map was
+    /// asked for (noted before the front-end hears of it). Never shrinks:
+    /// a guest cannot make the daemon forget it, as it could forget a node.
+    devices: Mutex<BTreeSet<u64>>,
     /// Whether `maps` is all the front-end has mapped. Not after a crash
     /// restart (the table died with the process): then a range the guest
     /// names but the table lacks may still be mapped in the front-end.
@@ -121,6 +130,8 @@ pub struct WindowState {
     pub complete: bool,
     /// A map or unmap was given up before the front-end answered.
     pub abandoned: bool,
+    /// The file systems whose files are window chunks in guest memory.
+    pub devices: Vec<u64>,
 }
 
 /// The window offsets of the mappings in `maps` that overlap
@@ -185,10 +196,12 @@ impl PassthroughFs {
     /// Serves SETUPMAPPING and REMOVEMAPPING through `mapper` for a window
     /// of `size` bytes (a multiple of the page size).
     pub fn attach_mapper(&mut self, mapper: Arc<dyn Mapper>, size: u64) {
+        let root = self.inodes.root().key.0;
         self.dax = Some(Window {
             mapper,
             size,
             maps: Mutex::new(BTreeMap::new()),
+            devices: Mutex::new(BTreeSet::from([root])),
             complete: AtomicBool::new(true),
             abandoned: AtomicBool::new(false),
             counts: Counters::default(),
@@ -215,13 +228,21 @@ impl PassthroughFs {
         self.dax.is_some()
     }
 
-    /// Whether `fd` is a file of the share the guest holds. With a window,
-    /// a memory region the front-end backs with such a file is a chunk of
-    /// the window (QEMU adds every mapping to guest memory), never guest
-    /// RAM, and must not be mapped: a host process may shrink the file
-    /// under it, and a touch would then be SIGBUS in the daemon.
-    pub fn is_guest_file(&self, fd: BorrowedFd<'_>) -> bool {
-        sys::stat_fd(fd).is_ok_and(|st| self.inodes.by_key((st.st_dev, st.st_ino)).is_some())
+    /// Whether `fd` is a file on a file system of the share's mapped files
+    /// (or of its root). With a window, a memory region the front-end backs
+    /// with such a file is taken for a chunk of the window (QEMU adds every
+    /// mapping to guest memory), never for guest RAM, and must not be
+    /// mapped: a host process or the guest may shrink the file under it,
+    /// and a touch would then be SIGBUS in the daemon. Decided by what the
+    /// window noted, which the guest cannot make it drop (a node, which
+    /// the guest can forget, would not do). Guest RAM backed by a file on
+    /// the share's file system is therefore not served with a window.
+    pub fn is_window_file(&self, fd: BorrowedFd<'_>) -> bool {
+        let Some(w) = &self.dax else {
+            return false;
+        };
+        // A descriptor that cannot be examined is not mapped either.
+        sys::stat_fd(fd).map_or(true, |st| lock(&w.devices).contains(&st.st_dev))
     }
 
     /// The window's state for a successor. Without `with_mappings` (a
@@ -238,15 +259,18 @@ impl PassthroughFs {
             },
             complete: w.complete.load(Ordering::Relaxed),
             abandoned: w.abandoned.load(Ordering::Relaxed),
+            devices: lock(&w.devices).iter().copied().collect(),
         })
     }
 
     /// Takes over a predecessor's window (the front-end still has its
-    /// mappings): each mapping must name a regular file this file system
-    /// knows, and lie inside the window apart from the others. When the
-    /// state may be short of the truth (`unsure`: a crash restart's
-    /// checkpoint, which leaves the mappings out, or a state that did not
-    /// carry the rest), the table is not complete.
+    /// mappings): each mapping must lie inside the window apart from the
+    /// others. A node the guest has forgotten since is no reason to refuse
+    /// (the front-end keeps the mapping all the same); a node that is not
+    /// a regular file is. When the state may be short of the truth
+    /// (`unsure`: a crash restart's checkpoint, which leaves the mappings
+    /// out, or a state that did not carry the rest), the table is not
+    /// complete and the devices of every node known are added.
     pub fn restore_window(&self, st: &WindowState, unsure: bool) -> io::Result<()> {
         let w = self.window()?;
         let mut table = lock(&w.maps);
@@ -259,7 +283,7 @@ impl PassthroughFs {
                     m.window_offset
                 )));
             }
-            if !self.inode(m.node)?.is_reg() {
+            if self.inodes.get(m.node).is_some_and(|i| !i.is_reg()) {
                 return Err(invalid(format!(
                     "DAX mapping of node {}: not a regular file",
                     m.node
@@ -268,6 +292,11 @@ impl PassthroughFs {
             table.insert(m.window_offset, *m);
         }
         w.recount(&table);
+        let mut devices = lock(&w.devices);
+        devices.extend(st.devices.iter().copied());
+        if unsure {
+            devices.extend(self.inodes.all().iter().map(|i| i.key.0));
+        }
         w.complete.store(st.complete && !unsure, Ordering::Relaxed);
         w.abandoned.store(st.abandoned, Ordering::Relaxed);
         Ok(())
@@ -379,9 +408,14 @@ impl Dax for PassthroughFs {
         let w = self.window()?;
         let fd = self
             .mappable(w, node, file_offset, len, window_offset)
-            .and_then(|(fd, st)| kill_privileges(fd.as_fd(), &st, writable).map(|()| fd))
+            .and_then(|(fd, st)| kill_privileges(fd.as_fd(), &st, writable).map(|()| (fd, st)))
             .inspect_err(|_| {
                 w.counts.refused.fetch_add(1, Ordering::Relaxed);
+            })
+            .map(|(fd, st)| {
+                // Before the front-end can announce the chunk in guest memory.
+                lock(&w.devices).insert(st.st_dev);
+                fd
             })?;
         let end = window_offset + len;
         let mut maps = lock(&w.maps);

@@ -652,6 +652,7 @@ fn restore_window(
         mappings: d.mappings.clone(),
         complete: d.complete,
         abandoned: d.abandoned,
+        devices: d.devices.clone(),
     };
     fs.restore_window(&w, owed.is_none())
         .map_err(|e| SetupError::Io("DAX mappings", e))?;

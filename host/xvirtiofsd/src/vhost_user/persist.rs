@@ -19,7 +19,8 @@ use super::ring::RingState;
 impl Device {
     /// The DAX window for a successor: its size, the back-end channel (as
     /// an index into `fds`) with the replies it is owed, and the file
-    /// system's side (mappings, completeness). Without `with_mappings` (a crash-restart checkpoint, taken
+    /// system's side (mappings, completeness, the file systems of mapped
+    /// files). Without `with_mappings` (a crash-restart checkpoint, taken
     /// while workers may be waiting on the front-end with the table
     /// locked) the mappings are left out, and the owed replies too (they
     /// change with every map, which no checkpoint follows); nothing here
@@ -39,6 +40,7 @@ impl Device {
             late_replies: channel.owed_replies().filter(|_| with_mappings),
             complete: w.complete,
             abandoned: w.abandoned,
+            devices: w.devices,
         })
     }
 

@@ -3,6 +3,9 @@
 //! (default sandbox and filter; needs root), this test playing QEMU on its
 //! vhost-user socket and on the back-end channel.
 //!
+//! - A successor and a restarted process classify guest-memory regions as
+//!   the first process did, whatever nodes the guest forgot: a chunk of the
+//!   window stays unmapped, so a truncate under it cannot fault them.
 //! - A map waiting for QEMU when the handover starts (QEMU itself waits for
 //!   this daemon's answer to the ADD_MEM_REG of the map before) gives no 5 s
 //!   pause, and its late reply is not taken for the successor's next
@@ -159,6 +162,72 @@ fn connect(s: &Served) -> (Vmm, Qemu) {
     vmm.setup_queues(2);
     vmm.fuse_init(1);
     (vmm, qemu)
+}
+
+/// The guest maps `node` at `moffset`, and QEMU announces the chunk in
+/// guest memory (ADD_MEM_REG); then the guest removes the mapping, and the
+/// lifecycle step comes before QEMU's REM_MEM_REG; the guest has forgotten
+/// the node by then.
+fn chunk_of_a_forgotten_node(vmm: &mut Vmm, s: &Served, name: &str, moffset: u64) {
+    let (node, _) = lookup(vmm, name);
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(0, moffset, RW));
+    assert_eq!(err, 0, "mapped");
+    let f = s.file(name);
+    vmm.frontend
+        .add_mem_region(&chunk_region(&f, moffset))
+        .expect("ADD_MEM_REG");
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(moffset, CHUNK)]));
+    assert_eq!(err, 0, "unmapped");
+    forget(vmm, node, 1);
+}
+
+/// After the step: a host truncate of the file, and a reply buffer in the
+/// chunk. Mapped, the chunk would fault the serving process.
+fn chunk_stays_unmapped(vmm: &mut Vmm, s: &Served, name: &str, moffset: u64, step: &str) {
+    let f = s.file(name);
+    f.set_len(0).unwrap();
+    assert_eq!(
+        getattr_into(vmm, CHUNK_GPA + moffset),
+        Some(0),
+        "{step}: answered, nothing written into the chunk\n{}",
+        s.log()
+    );
+    vmm.frontend
+        .remove_mem_region(&chunk_region(&f, moffset))
+        .expect("REM_MEM_REG");
+    let (err, _) = vmm.fuse(1, opcode::GETATTR, 1, &[0u8; 16]);
+    assert_eq!(err, 0, "{step}: serving on");
+}
+
+#[test]
+fn a_successor_never_maps_a_chunk_whose_node_was_forgotten() {
+    let s = Served::start("dax-forget-upgrade", &["data", "kept"], &[]);
+    let (mut vmm, qemu) = connect(&s);
+    chunk_of_a_forgotten_node(&mut vmm, &s, "data", 0);
+    s.upgraded(s.upgrade());
+    chunk_stays_unmapped(&mut vmm, &s, "data", 0, "after a live upgrade");
+
+    // A mapping QEMU still has, of a node the guest forgot: the successor
+    // takes it over (no refusal of the upgrade), and passes its removal on.
+    let (kept, _) = lookup(&mut vmm, "kept");
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, kept, &setup(0, CHUNK, RW));
+    assert_eq!(err, 0);
+    forget(&mut vmm, kept, 1);
+    s.upgraded(s.upgrade());
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(CHUNK, CHUNK)]));
+    assert_eq!(err, 0, "the successor knows the mapping");
+    assert_eq!(qemu.at(CHUNK), None);
+    drop(vmm);
+}
+
+#[test]
+fn a_restarted_process_never_maps_a_chunk_whose_node_was_forgotten() {
+    let s = Served::start("dax-forget-crash", &["data"], &["--crash-restart"]);
+    let (mut vmm, _qemu) = connect(&s);
+    chunk_of_a_forgotten_node(&mut vmm, &s, "data", 0);
+    s.crash();
+    chunk_stays_unmapped(&mut vmm, &s, "data", 0, "after a crash restart");
+    drop(vmm);
 }
 
 /// Posts SETUPMAPPING of `node` at `moffset` without waiting; returns the

@@ -198,7 +198,6 @@ fn setupmapping_becomes_shmem_map_on_the_backend_channel() {
 /// be written elsewhere), and serving goes on.
 #[test]
 fn a_window_chunk_in_guest_memory_is_never_touched() {
-    const CHUNK_GPA: u64 = 0x1_0000_0000;
     use vhost::VhostUserMemoryRegionInfo;
     use vm_memory::{Bytes, GuestAddress};
     use xvfs_fs::abi::{OpenIn, ReadIn, WriteIn};
@@ -400,6 +399,40 @@ fn dax_vmm(dir: &std::path::Path) -> (Vmm, std::os::unix::net::UnixStream) {
     let init = xvfs_fs::testing::init_in(41, low, high).to_bytes();
     assert_eq!(vmm.fuse(1, opcode::INIT, 0, &init).0, 0);
     (vmm, qemu)
+}
+
+/// A guest that maps a file and FORGETs its node before QEMU announces
+/// the mapping in guest memory (the window's file is then no node of the
+/// guest's any more): the region is a window chunk all the same, never
+/// mapped, so a host truncate under it cannot fault the daemon.
+#[test]
+fn a_forgotten_node_s_chunk_is_never_mapped() {
+    let dir = scratch_dir("dax-forget");
+    std::fs::write(dir.join("data"), vec![7u8; 2 * CHUNK as usize]).unwrap();
+    let (mut vmm, qemu) = dax_vmm(&dir);
+    let qemu = Qemu::serve(qemu);
+    let (node, _) = lookup(&mut vmm, "data");
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(0, 0, RW));
+    assert_eq!(err, 0, "mapped");
+    forget(&mut vmm, node, 1);
+    let data = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("data"))
+        .unwrap();
+    let chunk = chunk_region(&data, 0);
+    vmm.frontend.add_mem_region(&chunk).expect("ADD_MEM_REG");
+    data.set_len(0).unwrap();
+    assert_eq!(
+        getattr_into(&mut vmm, CHUNK_GPA),
+        Some(0),
+        "nothing written into the chunk"
+    );
+    let (err, _) = vmm.fuse(1, opcode::GETATTR, 1, &[0u8; 16]);
+    assert_eq!(err, 0, "serving on");
+    vmm.frontend.remove_mem_region(&chunk).expect("REM_MEM_REG");
+    assert_eq!(qemu.at(0), Some(data.metadata().unwrap().ino()));
+    vmm.shutdown().expect("clean disconnect");
 }
 
 /// Every mapping of QEMU's is whole pages, and a successor refuses a state

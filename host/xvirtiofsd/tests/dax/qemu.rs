@@ -128,6 +128,17 @@ pub fn lookup(vmm: &mut Vmm, name: &str) -> (u64, bool) {
     (u64_at(&entry, 0), attr_flags & xvfs_fs::abi::ATTR_DAX != 0)
 }
 
+/// FORGET of `node` (`n` lookups), on the hiprio queue as Linux sends it.
+pub fn forget(vmm: &mut Vmm, node: u64, n: u64) {
+    use vm_memory::{Bytes, GuestAddress};
+    let req = super::common::fuse_request(xvfs_fs::abi::opcode::FORGET, 0, node, &n.to_ne_bytes());
+    let inb = vmm.alloc(4096);
+    vmm.mem.write_slice(&req, GuestAddress(inb)).expect("write");
+    vmm.post(0, &[(inb, req.len() as u32, false)]);
+    vmm.kick(0);
+    assert_eq!(vmm.wait_used(0).expect("FORGET completed").1, 0, "no reply");
+}
+
 /// The memory region QEMU announces (ADD_MEM_REG) once it mapped `len`
 /// bytes of `file` at `moffset` of the window.
 pub fn chunk_region(file: &std::fs::File, moffset: u64) -> vhost::VhostUserMemoryRegionInfo {
@@ -138,6 +149,20 @@ pub fn chunk_region(file: &std::fs::File, moffset: u64) -> vhost::VhostUserMemor
         mmap_offset: 0,
         mmap_handle: file.as_raw_fd(),
     }
+}
+
+/// GETATTR of node 1 whose reply buffer lies wholly in the chunk at
+/// `gpa`: the daemon must write nothing there (were it mapped, a shrunk
+/// file under it would be SIGBUS in the daemon). Returns the bytes
+/// written, None if unanswered.
+pub fn getattr_into(vmm: &mut Vmm, gpa: u64) -> Option<u32> {
+    use vm_memory::{Bytes, GuestAddress};
+    let req = super::common::fuse_request(xvfs_fs::abi::opcode::GETATTR, 22, 1, &[0u8; 16]);
+    let inb = vmm.alloc(req.len() as u64);
+    vmm.mem.write_slice(&req, GuestAddress(inb)).unwrap();
+    vmm.post(1, &[(inb, req.len() as u32, false), (gpa, 4096, true)]);
+    vmm.kick(1);
+    vmm.wait_used(1).map(|(_, len)| len)
 }
 
 /// QEMU's main loop on the back-end channel, in a thread: a table of the

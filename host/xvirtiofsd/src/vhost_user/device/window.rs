@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use log::debug;
+use log::{debug, warn};
 
 use super::Device;
 use crate::virtqueue::mem::Region;
@@ -19,10 +19,13 @@ use crate::virtqueue::mem::Region;
 const HANDOVER_GRACE: Duration = Duration::from_millis(100);
 
 impl Device {
-    /// A memory region as the front-end describes it. With a DAX window, one
-    /// backed by a file the guest holds in the share is a chunk of the
-    /// window (QEMU adds each of its mappings to guest memory), which the
-    /// table records but never maps.
+    /// A memory region as the front-end describes it. With a DAX window,
+    /// one backed by a file on a file system of the share's mapped files
+    /// is a chunk of the window (QEMU adds each of its mappings to guest
+    /// memory), which the table records but never maps. What decides is
+    /// the window's record of those file systems, which the guest cannot
+    /// make it drop, so a live upgrade's successor and a restarted process
+    /// decide the same.
     pub(in crate::vhost_user) fn region(
         &self,
         gpa: u64,
@@ -31,9 +34,17 @@ impl Device {
         mmap_offset: u64,
         file: File,
     ) -> Region {
-        let window_chunk = self.cfg.dax.is_some() && self.server.fs().is_guest_file(file.as_fd());
+        let window = self.cfg.dax.as_ref().map(|(size, _)| *size);
+        let window_chunk = window.is_some() && self.server.fs().is_window_file(file.as_fd());
         if window_chunk {
             debug!("guest memory: {size:#x} bytes at {gpa:#x} are a DAX window chunk (not mapped)");
+            if window.is_some_and(|w| size > w) {
+                warn!(
+                    "guest memory: {size:#x} bytes at {gpa:#x} are backed by a file on the shared \
+                     directory's file system: with --dax-window they cannot be told from the \
+                     window and are not served (back guest RAM with memfd)"
+                );
+            }
         }
         Region {
             gpa,
