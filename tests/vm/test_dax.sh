@@ -21,6 +21,8 @@
 # has files mapped; its successor keeps the back-end channel (the holder
 # held it), and the guest's mappings go on working: the old ones read
 # through, are removed when the guest reclaims them, and new ones are made.
+# Before its first map the successor finds the channel's end with a probe
+# (VHOST_USER_BACKEND_NONE), which QEMU answers and logs.
 #
 # A host process that deletes a file the guest has mapped changes nothing
 # for the guest (the mapping holds the file). One that truncates it takes
@@ -195,6 +197,11 @@ assert_ok "crash restart: 128 MiB through the window after it (old ranges remove
 assert_ok "crash restart: the successor mapped" test "$(vmt_dax_metric "$METRICS" maps)" -gt 0
 assert_ok "crash restart: and removed the guest's ranges" test "$(vmt_dax_metric "$METRICS" unmaps)" -gt 0
 assert_eq 0 "$(vmt_dax_metric "$METRICS" failed)" "crash restart: QEMU refused no map or unmap"
+# The restarted process does not know which replies the dead one was owed:
+# it finds the back-end channel's end with a probe QEMU does not know, which
+# QEMU answers (and logs), keeping the channel (the maps above worked).
+assert_ok "crash restart: QEMU answered the restarted daemon's probe on the back-end channel" \
+    grep -q "Received unexpected msg type: 0" "$VMT_DIR/run/qemu.log"
 
 # shellcheck disable=SC2016 # expanded in the guest
 ALWAYS_CMD='cd /mnt/shared

@@ -124,6 +124,17 @@ pub struct Parts {
 
 /// Splits `payload` into the parts of `kinds` (see the module's rules).
 pub fn decode(payload: &[u8], kinds: &'static [PartKind]) -> Result<Parts, PartError> {
+    decode_reading(payload, kinds, &[])
+}
+
+/// As [`decode`], also taking a part in an older version that `older`
+/// lists as `(id, version)` (this build still has its decoder):
+/// [`Parts::version`] says which version came.
+pub fn decode_reading(
+    payload: &[u8],
+    kinds: &'static [PartKind],
+    older: &[(u16, u16)],
+) -> Result<Parts, PartError> {
     let budget = Budget::for_input(payload.len());
     let (parts, rest): (Vec<Part>, _) =
         bounded::take_from_bytes(payload, &budget).map_err(|e| match e {
@@ -145,7 +156,7 @@ pub fn decode(payload: &[u8], kinds: &'static [PartKind]) -> Result<Parts, PartE
         if found[i].is_some() {
             return Err(PartError::Twice(kind.name));
         }
-        if p.version != kind.version {
+        if p.version != kind.version && !older.contains(&(p.id, p.version)) {
             return Err(PartError::Version {
                 name: kind.name,
                 version: p.version,
@@ -162,6 +173,11 @@ pub fn decode(payload: &[u8], kinds: &'static [PartKind]) -> Result<Parts, PartE
 }
 
 impl Parts {
+    /// The version in which part `which` came, if the payload has it.
+    pub fn version(&self, which: usize) -> Option<u16> {
+        self.found[which].as_ref().map(|p| p.version)
+    }
+
     /// Part `which` (an index into the kinds), decoded; all of its bytes used.
     pub fn take<T: DeserializeOwned>(&self, which: usize) -> Result<T, PartError> {
         let name = self.kinds[which].name;
@@ -267,6 +283,14 @@ mod tests {
         );
         unknown.last_mut().unwrap().optional = false;
         assert!(matches!(read(&unknown), Err(PartError::Unknown(99))));
+
+        let mut older = good();
+        older[1].version = 1;
+        let p = decode(&encode(&older).unwrap(), KINDS);
+        assert!(matches!(p, Err(PartError::Version { version: 1, .. })));
+        let p = decode_reading(&encode(&older).unwrap(), KINDS, &[(2, 1)]).unwrap();
+        assert_eq!((p.version(0), p.version(1)), (Some(1), Some(1)));
+        assert_eq!(p.take::<String>(1).unwrap(), "x", "listed as still read");
 
         let mut list = encode(&good()).unwrap();
         list.push(0);

@@ -69,7 +69,8 @@ pub struct DeviceState {
 }
 
 /// The DAX window (`--dax-window`): its size, the front-end's back-end
-/// channel and what the front-end has mapped where.
+/// channel and what the front-end has mapped where (format 8's "dax" part,
+/// version 2; version 1 had the first three fields only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DaxState {
     /// The window's size, as the front-end sized the device's region.
@@ -77,6 +78,20 @@ pub struct DaxState {
     /// Index of the back-end channel (SET_BACKEND_REQ_FD), once sent.
     pub channel_fd: Option<u32>,
     pub mappings: Vec<MappingState>,
+    /// Replies the front-end still owes on the channel for requests that
+    /// gave up waiting: read and dropped before the next request's own.
+    /// None: not known (a crash-restart checkpoint is older than the last
+    /// request); the next request first finds the channel's end.
+    pub late_replies: Option<u32>,
+    /// Whether `mappings` is all the front-end has mapped.
+    pub complete: bool,
+    /// A request was given up before the front-end answered: the table is
+    /// not complete again after a device reset either.
+    pub abandoned: bool,
+    /// The file systems (device numbers) of the share's files the window
+    /// maps: a guest-memory region backed by a file on one of them is a
+    /// window chunk, never mapped by the daemon.
+    pub devices: Vec<u64>,
 }
 
 /// Everything a successor needs (every format decodes into this).
@@ -255,6 +270,12 @@ fn check_dax(d: &DaxState, idx: &dyn Fn(u32) -> Result<(), StateError>) -> Resul
     if d.window == 0 || !d.window.is_power_of_two() {
         return Err(bad("size"));
     }
+    // Each is a request given up waiting (5 s, or a device stop): more
+    // than this is no front-end's debt, and the successor would wait
+    // for each.
+    if d.late_replies.is_some_and(|n| n > 1 << 20) {
+        return Err(bad("replies owed on the back-end channel"));
+    }
     let mut maps: Vec<&MappingState> = d.mappings.iter().collect();
     maps.sort_by_key(|m| m.window_offset);
     let page = |v: u64| v.is_multiple_of(4096);
@@ -350,6 +371,10 @@ pub(crate) mod tests {
                         writable: false,
                     },
                 ],
+                late_replies: Some(1),
+                complete: false,
+                abandoned: true,
+                devices: vec![2049],
             }),
             ..sample()
         }
@@ -382,6 +407,7 @@ pub(crate) mod tests {
         assert!(bad(&|d| d.mappings[0].file_offset = u64::MAX - 4095).contains("outside"));
         assert!(bad(&|d| d.mappings[0].len = 100).contains("aligned"));
         assert!(bad(&|d| d.mappings[0].len = 0).contains("aligned"));
+        assert!(bad(&|d| d.late_replies = Some(u32::MAX)).contains("owed"));
     }
 
     fn payload(st: &DaemonState) -> Vec<u8> {

@@ -357,7 +357,8 @@ fn status_ids(pid: u32, field: &str) -> Vec<u32> {
 
 /// The holder gives up (`--crash-restart-limit 1/600`, the restarted
 /// process dies at once) while the guest has a file mapped through the
-/// DAX window, the chunk in guest memory as QEMU adds it. It answers
+/// DAX window, the chunk in guest memory as QEMU adds it (and the guest
+/// has forgotten the file's node). It answers
 /// every FUSE request with EIO (SETUPMAPPING and REMOVEMAPPING too, with
 /// nothing on the back-end channel) and every vhost-user message, never
 /// faults on the chunk after a host truncate, and does so as uid 65534 in
@@ -413,6 +414,13 @@ fn a_holder_that_gave_up_refuses_everything_with_a_window() {
         mmap_handle: data.as_raw_fd(),
     };
     vmm.frontend.add_mem_region(&chunk).expect("ADD_MEM_REG");
+    // The guest forgets the node: the chunk is the window's all the same.
+    let forget = fuse_request(opcode::FORGET, 0, node, &1u64.to_ne_bytes());
+    let inb = vmm.alloc(forget.len() as u64);
+    vmm.mem.write_slice(&forget, GuestAddress(inb)).unwrap();
+    vmm.post(0, &[(inb, forget.len() as u32, false)]);
+    vmm.kick(0);
+    assert_eq!(vmm.wait_used(0).expect("FORGET completed").1, 0);
 
     s.crash();
     let err = getattr_within(&mut vmm, node, Duration::from_secs(20));

@@ -61,13 +61,43 @@ pub const PARTS: &[PartKind] = &[
         version: 1,
     },
     // Only with a DAX window; not optional: a reader that does not know
-    // it could not serve the window's mappings.
+    // it could not serve the window's mappings. Version 2 added the
+    // back-end channel's late replies, the table's completeness and the
+    // mapped files' devices; version 1 is still read ([`DaxV1`]).
     PartKind {
         id: 9,
         name: "dax",
-        version: 1,
+        version: 2,
     },
 ];
+
+/// Older part versions this build still reads: (id, version).
+const READS_OLDER: &[(u16, u16)] = &[(9, 1)];
+
+/// The "dax" part, version 1 (no release wrote it: the window came after
+/// 0.3.0). What it does not say is taken at its safest: the replies owed
+/// on the channel are not known, nor is the table complete, and the devices
+/// are those of the file system's nodes (see the successor's import).
+#[derive(Debug, Serialize, Deserialize)]
+struct DaxV1 {
+    window: u64,
+    channel_fd: Option<u32>,
+    mappings: Vec<super::MappingState>,
+}
+
+impl From<DaxV1> for super::DaxState {
+    fn from(d: DaxV1) -> Self {
+        super::DaxState {
+            window: d.window,
+            channel_fd: d.channel_fd,
+            mappings: d.mappings,
+            late_replies: None,
+            complete: false,
+            abandoned: false,
+            devices: Vec::new(),
+        }
+    }
+}
 
 /// Who wrote the state.
 #[derive(Debug, Serialize, Deserialize)]
@@ -124,7 +154,7 @@ pub(super) fn encode(st: &DaemonState) -> Result<Vec<u8>, StateError> {
 
 /// A format-8 payload as this build's state.
 pub(super) fn decode(payload: &[u8]) -> Result<DaemonState, StateError> {
-    let p = parts::decode(payload, PARTS)?;
+    let p = parts::decode_reading(payload, PARTS, READS_OLDER)?;
     let writer: Writer = p.take(WRITER)?;
     let endpoints: Endpoints = p.take(ENDPOINTS)?;
     Ok(DaemonState {
@@ -146,7 +176,10 @@ pub(super) fn decode(payload: &[u8]) -> Result<DaemonState, StateError> {
         fs: p.take(FS)?,
         session: p.take(SESSION)?,
         fs_fd_base: endpoints.fs_fd_base,
-        dax: p.take_if_there(DAX)?,
+        dax: match p.version(DAX) {
+            Some(1) => Some(p.take::<DaxV1>(DAX)?.into()),
+            _ => p.take_if_there(DAX)?,
+        },
     })
 }
 
@@ -189,6 +222,32 @@ mod tests {
             decode_parts(&missing),
             Err(StateError::Part(PartError::Missing("fs")))
         ));
+    }
+
+    /// A window's part of version 1 is read, what it lacks at its safest.
+    #[test]
+    fn the_first_dax_part_is_still_read() {
+        let st = super::super::tests::sample_with_dax();
+        let mut list = parts_of(&st);
+        let d = st.dax.clone().unwrap();
+        let v1 = DaxV1 {
+            window: d.window,
+            channel_fd: d.channel_fd,
+            mappings: d.mappings.clone(),
+        };
+        list[DAX] = Part {
+            version: 1,
+            ..part(PARTS[DAX], &v1).unwrap()
+        };
+        let got = decode_parts(&list).unwrap().dax.unwrap();
+        assert_eq!(got.mappings, d.mappings);
+        assert_eq!(
+            got.late_replies, None,
+            "the channel's replies are not known"
+        );
+        assert!(!got.complete && got.devices.is_empty());
+        list[DAX].version = 3;
+        assert!(decode_parts(&list).is_err(), "a later version is not");
     }
 
     #[test]

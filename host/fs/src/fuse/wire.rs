@@ -167,8 +167,13 @@ impl<F: FileSystem> Req<'_, F> {
     /// (docs/dax-design.md, R1). A file whose size changes away from the
     /// rule loses the flag in the next reply, and the guest evicts its
     /// inode once the file is no longer in use (`fuse_dax_dontcache`).
+    /// Nor a set-user-ID file or a set-group-ID one with group execute:
+    /// the window maps no such file for reading (passthrough/dax.rs).
     fn inode_dax(&self, st: &Stat) -> bool {
+        let setid = st.st_mode & libc::S_ISUID != 0
+            || st.st_mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP;
         self.session.has(abi::init_flags::HAS_INODE_DAX)
+            && !setid
             && st.st_mode & libc::S_IFMT == libc::S_IFREG
             && st.st_size > 0
             && (st.st_size as u64).is_multiple_of(abi::DAX_CHUNK)

@@ -6,15 +6,26 @@
 //! own memory, with no FUSE round trip per access.
 //!
 //! Every range the guest asks for is checked: inside the window, aligned
-//! to pages, a regular file of the share. The table of what is mapped
-//! where lets a mapping be replaced (a read mapping upgraded for writing,
-//! a window range reused after a failed removal) and dropped at the end
-//! of a session. The VMM maps with a descriptor open for reading and
-//! writing whatever the protection asked, so a read-only share gets no
-//! mapping at all. Only ranges wholly inside a non-empty file are mapped
-//! (QEMU 11.1 refuses the others, and would grow an empty file).
+//! to pages (its length too), a regular file of the share. The table of
+//! what is mapped where lets a mapping be replaced (a read mapping upgraded
+//! for writing, a window range reused after a failed removal) and dropped
+//! at the end of a session; a mapping whose removal failed stays in it. The
+//! VMM maps with a descriptor open for reading and writing whatever the
+//! protection asked, so a read-only share gets no mapping at all. Only
+//! ranges wholly inside a non-empty file are mapped (QEMU 11.1 refuses the
+//! others, and would grow an empty file).
+//!
+//! Stores through the window are writes the host kernel never sees, so it
+//! cannot clear a file's privileges as it does on a write: a writable
+//! mapping clears them when it is made ([`kill_privileges`]), and a file
+//! that has them gets no read mapping (QEMU maps that writable too).
+//!
+//! The window also knows the file systems (device numbers) its files are
+//! on: QEMU adds each mapping to guest memory, backed by the mapped file,
+//! and a region on one of them is a window chunk the daemon must never map
+//! ([`PassthroughFs::is_window_file`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +36,7 @@ use super::{err, Ctx, PassthroughFs};
 use crate::filesystem::Dax;
 use crate::state::MappingState;
 use crate::sys;
+use crate::sys::Stat;
 
 /// Maps file ranges into the DAX window (the daemon's back-end channel to
 /// the VMM).
@@ -53,6 +65,10 @@ pub(super) struct Window {
     mapper: Arc<dyn Mapper>,
     size: u64,
     maps: Mutex<BTreeMap<u64, MappingState>>,
+    /// The file systems of the share root and of every file a map was
+    /// asked for (noted before the front-end hears of it). Never shrinks:
+    /// a guest cannot make the daemon forget it, as it could forget a node.
+    devices: Mutex<BTreeSet<u64>>,
     /// Whether `maps` is all the front-end has mapped. Not after a crash
     /// restart (the table died with the process): then a range the guest
     /// names but the table lacks may still be mapped in the front-end.
@@ -92,7 +108,8 @@ pub struct DaxCounts {
     /// Mappings removed (SHMEM_UNMAP sent: REMOVEMAPPING, replaced, session end).
     pub unmaps: u64,
     /// SETUPMAPPINGs refused here: outside the window or the file, a
-    /// read-only share, not a regular file.
+    /// read-only share, not a regular file, a file whose privileges could
+    /// not be cleared.
     pub refused: u64,
     /// Maps and unmaps the front-end refused or did not answer.
     pub failed: u64,
@@ -104,18 +121,43 @@ impl std::fmt::Debug for Window {
     }
 }
 
+/// The window's state for a successor (live upgrade, crash restart).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WindowState {
+    /// The front-end's mappings, as far as the table knows them.
+    pub mappings: Vec<MappingState>,
+    /// Whether `mappings` is all the front-end has mapped.
+    pub complete: bool,
+    /// A map or unmap was given up before the front-end answered.
+    pub abandoned: bool,
+    /// The file systems whose files are window chunks in guest memory.
+    pub devices: Vec<u64>,
+}
+
+/// The window offsets of the mappings in `maps` that overlap
+/// `start..end`. The table's mappings do not overlap one another, so of
+/// those that start before `end`, the later one starts the later it ends.
+fn overlapping(maps: &BTreeMap<u64, MappingState>, start: u64, end: u64) -> Vec<u64> {
+    maps.range(..end)
+        .rev()
+        .take_while(|(&at, m)| at.saturating_add(m.len) > start)
+        .map(|(&at, _)| at)
+        .collect()
+}
+
 impl Window {
-    /// Unmaps every mapping that overlaps `start..end`.
+    /// Unmaps every mapping that overlaps `start..end`. One the front-end
+    /// does not unmap stays in the table: the front-end may still have it.
     fn clear_range(&self, maps: &mut BTreeMap<u64, MappingState>, start: u64, end: u64) {
-        let hit: Vec<(u64, u64)> = maps
-            .range(..end)
-            .filter(|(&at, m)| at + m.len > start)
-            .map(|(&at, m)| (at, m.len))
-            .collect();
-        for (at, len) in hit {
-            maps.remove(&at);
-            if let Err(e) = self.unmap(at, len) {
-                log::warn!("DAX: unmapping {len:#x} at {at:#x} of the window: {e}");
+        for at in overlapping(maps, start, end) {
+            let Some(len) = maps.get(&at).map(|m| m.len) else {
+                continue;
+            };
+            match self.unmap(at, len) {
+                Ok(()) => {
+                    maps.remove(&at);
+                }
+                Err(e) => log::warn!("DAX: unmapping {len:#x} at {at:#x} of the window: {e}"),
             }
         }
     }
@@ -154,10 +196,12 @@ impl PassthroughFs {
     /// Serves SETUPMAPPING and REMOVEMAPPING through `mapper` for a window
     /// of `size` bytes (a multiple of the page size).
     pub fn attach_mapper(&mut self, mapper: Arc<dyn Mapper>, size: u64) {
+        let root = self.inodes.root().key.0;
         self.dax = Some(Window {
             mapper,
             size,
             maps: Mutex::new(BTreeMap::new()),
+            devices: Mutex::new(BTreeSet::from([root])),
             complete: AtomicBool::new(true),
             abandoned: AtomicBool::new(false),
             counts: Counters::default(),
@@ -184,52 +228,77 @@ impl PassthroughFs {
         self.dax.is_some()
     }
 
-    /// Whether `fd` is a file of the share the guest holds. With a window,
-    /// a memory region the front-end backs with such a file is a chunk of
-    /// the window (QEMU adds every mapping to guest memory), never guest
-    /// RAM, and must not be mapped: a host process may shrink the file
-    /// under it, and a touch would then be SIGBUS in the daemon.
-    pub fn is_guest_file(&self, fd: BorrowedFd<'_>) -> bool {
-        sys::stat_fd(fd).is_ok_and(|st| self.inodes.by_key((st.st_dev, st.st_ino)).is_some())
-    }
-
-    /// The window's mappings, for a successor (live upgrade).
-    pub fn mappings(&self) -> Vec<MappingState> {
+    /// Whether `fd` is a file on a file system of the share's mapped files
+    /// (or of its root). With a window, a memory region the front-end backs
+    /// with such a file is taken for a chunk of the window (QEMU adds every
+    /// mapping to guest memory), never for guest RAM, and must not be
+    /// mapped: a host process or the guest may shrink the file under it,
+    /// and a touch would then be SIGBUS in the daemon. Decided by what the
+    /// window noted, which the guest cannot make it drop (a node, which
+    /// the guest can forget, would not do). Guest RAM backed by a file on
+    /// the share's file system is therefore not served with a window.
+    pub fn is_window_file(&self, fd: BorrowedFd<'_>) -> bool {
         let Some(w) = &self.dax else {
-            return Vec::new();
+            return false;
         };
-        lock(&w.maps).values().copied().collect()
+        // A descriptor that cannot be examined is not mapped either.
+        sys::stat_fd(fd).map_or(true, |st| lock(&w.devices).contains(&st.st_dev))
     }
 
-    /// Takes over a predecessor's mappings (the front-end still has them):
-    /// each must name a regular file this file system knows, and lie
-    /// inside the window apart from the others.
-    pub fn restore_mappings(&self, maps: &[MappingState]) -> io::Result<()> {
+    /// The window's state for a successor. Without `with_mappings` (a
+    /// crash-restart checkpoint, taken while a map may be waiting on the
+    /// front-end with the table locked) the mappings are left out: nothing
+    /// here waits for a map in progress.
+    pub fn window_state(&self, with_mappings: bool) -> Option<WindowState> {
+        let w = self.dax.as_ref()?;
+        Some(WindowState {
+            mappings: if with_mappings {
+                lock(&w.maps).values().copied().collect()
+            } else {
+                Vec::new()
+            },
+            complete: w.complete.load(Ordering::Relaxed),
+            abandoned: w.abandoned.load(Ordering::Relaxed),
+            devices: lock(&w.devices).iter().copied().collect(),
+        })
+    }
+
+    /// Takes over a predecessor's window (the front-end still has its
+    /// mappings): each mapping must lie inside the window apart from the
+    /// others. A node the guest has forgotten since is no reason to refuse
+    /// (the front-end keeps the mapping all the same); a node that is not
+    /// a regular file is. When the state may be short of the truth
+    /// (`unsure`: a crash restart's checkpoint, which leaves the mappings
+    /// out, or a state that did not carry the rest), the table is not
+    /// complete and the devices of every node known are added.
+    pub fn restore_window(&self, st: &WindowState, unsure: bool) -> io::Result<()> {
         let w = self.window()?;
         let mut table = lock(&w.maps);
-        for m in maps {
+        for m in &st.mappings {
             let end = m.window_offset.checked_add(m.len);
-            let overlaps = table
-                .range(..end.unwrap_or(u64::MAX))
-                .any(|(&at, o)| at + o.len > m.window_offset);
-            if end.is_none_or(|e| e > w.size) || overlaps || m.len == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "DAX mapping at {:#x} outside the window or overlapping",
-                        m.window_offset
-                    ),
-                ));
+            let overlap = !overlapping(&table, m.window_offset, end.unwrap_or(u64::MAX)).is_empty();
+            if end.is_none_or(|e| e > w.size) || overlap || m.len == 0 || !aligned(m.len) {
+                return Err(invalid(format!(
+                    "DAX mapping at {:#x} outside the window or overlapping",
+                    m.window_offset
+                )));
             }
-            if !self.inode(m.node)?.is_reg() {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("DAX mapping of node {}: not a regular file", m.node),
-                ));
+            if self.inodes.get(m.node).is_some_and(|i| !i.is_reg()) {
+                return Err(invalid(format!(
+                    "DAX mapping of node {}: not a regular file",
+                    m.node
+                )));
             }
             table.insert(m.window_offset, *m);
         }
         w.recount(&table);
+        let mut devices = lock(&w.devices);
+        devices.extend(st.devices.iter().copied());
+        if unsure {
+            devices.extend(self.inodes.all().iter().map(|i| i.key.0));
+        }
+        w.complete.store(st.complete && !unsure, Ordering::Relaxed);
+        w.abandoned.store(st.abandoned, Ordering::Relaxed);
         Ok(())
     }
 
@@ -242,17 +311,6 @@ impl PassthroughFs {
             w.recount(&maps);
             w.complete
                 .store(!w.abandoned.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-    }
-
-    /// After a crash restart: the front-end may hold mappings this table
-    /// does not know. The guest's removal of such a range is passed on as
-    /// it asks, and a map first removes whatever the front-end has there
-    /// (the guest maps and removes whole slots, so its ranges match the
-    /// front-end's exactly).
-    pub fn mappings_unknown(&self) {
-        if let Some(w) = &self.dax {
-            w.complete.store(false, Ordering::Relaxed);
         }
     }
 
@@ -270,6 +328,10 @@ impl PassthroughFs {
     }
 }
 
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
 /// Whether `len` bytes at `offset` lie inside a file of `size` bytes.
 /// QEMU 11.1 refuses a mapping that reaches past the end of the file, and
 /// it would grow an empty file to the mapping's end (`file_ram_alloc`), so
@@ -281,6 +343,56 @@ fn within_file(size: i64, offset: u64, len: u64) -> bool {
 
 fn aligned(v: u64) -> bool {
     v & ((1 << MAP_ALIGNMENT_LOG2) - 1) == 0
+}
+
+/// The mode bits a write by an unprivileged writer clears (the kernel's
+/// `should_remove_suid`): set-user-ID, and set-group-ID with group execute
+/// (without it the bit means mandatory locking, not privilege).
+fn setid_bits(mode: u32) -> u32 {
+    let mut bits = mode & libc::S_ISUID;
+    if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        bits |= libc::S_ISGID;
+    }
+    bits
+}
+
+/// Whether the file carries capabilities (`security.capability`).
+fn has_capabilities(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    match sys::fgetxattr(fd, c"security.capability", &mut []) {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a write does to a file's privileges, for a mapping about to be
+/// made of `fd` (whose attributes are `st`): a writable one clears them as
+/// the host kernel does on a write by an unprivileged writer (set-user-ID,
+/// set-group-ID with group execute, the file capabilities), since nobody
+/// can tell who will store through it; a read-only one of a privileged file
+/// is refused (EPERM), because QEMU 11.1 maps every range writable and a
+/// hostile guest could store through it all the same. A privilege that
+/// cannot be cleared refuses the mapping.
+fn kill_privileges(fd: BorrowedFd<'_>, st: &Stat, writable: bool) -> io::Result<()> {
+    let bits = setid_bits(st.st_mode);
+    let caps = has_capabilities(fd)?;
+    if bits == 0 && !caps {
+        return Ok(());
+    }
+    if !writable {
+        log::debug!("DAX: no read mapping of a file with set-ID bits or capabilities");
+        return Err(err(libc::EPERM));
+    }
+    if bits != 0 {
+        sys::fchmod(fd, st.st_mode & 0o7777 & !bits)?;
+    }
+    if caps {
+        match sys::fremovexattr(fd, c"security.capability") {
+            Err(e) if e.raw_os_error() != Some(libc::ENODATA) => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl Dax for PassthroughFs {
@@ -296,11 +408,18 @@ impl Dax for PassthroughFs {
         let w = self.window()?;
         let fd = self
             .mappable(w, node, file_offset, len, window_offset)
+            .and_then(|(fd, st)| kill_privileges(fd.as_fd(), &st, writable).map(|()| (fd, st)))
             .inspect_err(|_| {
                 w.counts.refused.fetch_add(1, Ordering::Relaxed);
+            })
+            .map(|(fd, st)| {
+                // Before the front-end can announce the chunk in guest memory.
+                lock(&w.devices).insert(st.st_dev);
+                fd
             })?;
+        let end = window_offset + len;
         let mut maps = lock(&w.maps);
-        w.clear_range(&mut maps, window_offset, window_offset + len);
+        w.clear_range(&mut maps, window_offset, end);
         if !w.complete.load(Ordering::Relaxed) {
             // Refused when nothing is mapped there: that is fine.
             let _ = w.mapper.unmap(window_offset, len);
@@ -312,6 +431,11 @@ impl Dax for PassthroughFs {
         match &r {
             Ok(()) => {
                 w.counts.maps.fetch_add(1, Ordering::Relaxed);
+                // The front-end maps nothing over another mapping: any entry
+                // left there (its removal failed) was not one.
+                for at in overlapping(&maps, window_offset, end) {
+                    maps.remove(&at);
+                }
                 maps.insert(
                     window_offset,
                     MappingState {
@@ -337,12 +461,14 @@ impl Dax for PassthroughFs {
         let mut res = Ok(());
         for &(at, len) in ranges {
             match maps.get(&at) {
-                Some(m) if m.len == len => {
-                    maps.remove(&at);
-                    if let Err(e) = w.unmap(at, len) {
-                        res = res.and(Err(e));
+                // One the front-end does not remove stays known: the guest
+                // may ask again, and a map there first removes it.
+                Some(m) if m.len == len => match w.unmap(at, len) {
+                    Ok(()) => {
+                        maps.remove(&at);
                     }
-                }
+                    Err(e) => res = res.and(Err(e)),
+                },
                 None if !w.complete.load(Ordering::Relaxed) => {
                     if let Err(e) = w.unmap(at, len) {
                         res = res.and(Err(e));
@@ -357,8 +483,10 @@ impl Dax for PassthroughFs {
 }
 
 impl PassthroughFs {
-    /// SETUPMAPPING's checks: a descriptor of the file to map, or why
-    /// `len` bytes of `node` at `file_offset` may not go to `window_offset`.
+    /// SETUPMAPPING's checks: a descriptor of the file to map and its
+    /// attributes, or why `len` bytes of `node` at `file_offset` may not go
+    /// to `window_offset`. The length is whole pages, as every mapping of
+    /// the front-end's is (a successor refuses any other).
     fn mappable(
         &self,
         w: &Window,
@@ -366,11 +494,12 @@ impl PassthroughFs {
         file_offset: u64,
         len: u64,
         window_offset: u64,
-    ) -> io::Result<OwnedFd> {
+    ) -> io::Result<(OwnedFd, Stat)> {
         let end = window_offset
             .checked_add(len)
             .ok_or_else(|| err(libc::EINVAL))?;
-        if len == 0 || end > w.size || !aligned(window_offset) || !aligned(file_offset) {
+        let pages = aligned(window_offset) && aligned(file_offset) && aligned(len);
+        if len == 0 || end > w.size || !pages {
             return Err(err(libc::EINVAL));
         }
         file_offset
@@ -393,6 +522,6 @@ impl PassthroughFs {
             );
             return Err(err(libc::EIO));
         }
-        Ok(fd)
+        Ok((fd, st))
     }
 }

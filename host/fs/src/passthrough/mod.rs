@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use self::creds::CredGuard;
-pub use self::dax::{DaxCounts, Mapper, MAP_ALIGNMENT_LOG2};
+pub use self::dax::{DaxCounts, Mapper, WindowState, MAP_ALIGNMENT_LOG2};
 pub use self::keep::{Keeper, Kept, KeptFiles};
 pub use self::migrate::{LoadReport, SaveOptions};
 use self::table::{lock, Handle, HandleTable, Inode, InodeTable};

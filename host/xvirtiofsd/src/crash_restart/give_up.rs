@@ -25,9 +25,10 @@
 //! front-end acked the window's protocol features): the back-end channel
 //! is kept open but never written to or read, no request reaches a
 //! mapping (every one is refused first), and the window's chunks in guest
-//! memory (regions backed by a file the guest holds, per the journal) are
-//! left out of the memory table: never mapped, so a host process that
-//! shrinks such a file cannot fault this process.
+//! memory (regions backed by a file on a file system of the window's, as
+//! the serving processes told them: docs/dax.md, Limits) are left out of
+//! the memory table: never mapped, so a host process that shrinks such a
+//! file cannot fault this process.
 
 use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
@@ -227,19 +228,22 @@ fn refuse_requests(
 }
 
 /// The descriptor indices of the checkpoint's memory regions that are
-/// chunks of the DAX window: backed by a file the guest holds (a node in
-/// the journal, by host device and inode), as the serving process
-/// classified them.
+/// chunks of the DAX window, told as a restarted serving process tells
+/// them: backed by a file on a file system the window maps from (the
+/// checkpoint's `dax` part lists them) or of a node in the journal. One
+/// whose file cannot be examined is taken for a chunk too.
 fn window_chunks(journal: &Journal, st: &DaemonState, fds: &[Option<OwnedFd>]) -> HashSet<u32> {
-    let held: HashSet<(u64, u64)> = journal.tables().keys.into_values().collect();
+    let mut devices: HashSet<u64> = st.dax.iter().flat_map(|d| d.devices.clone()).collect();
+    devices.extend(journal.tables().keys.into_values().map(|(dev, _)| dev));
     st.device
         .regions
         .iter()
         .map(|r| r.fd)
         .filter(|&i| {
             let fd = fds.get(i as usize).and_then(Option::as_ref);
-            fd.and_then(|f| sys::file_key(f.as_fd()).ok())
-                .is_some_and(|key| held.contains(&key))
+            fd.is_some_and(|f| {
+                sys::file_key(f.as_fd()).map_or(true, |(dev, _)| devices.contains(&dev))
+            })
         })
         .collect()
 }

@@ -614,9 +614,10 @@ fn restore(
 
 /// The predecessor's DAX window, if it served one: `own` (this daemon's
 /// `--dax-window`) must be the same size, the back-end channel is taken
-/// over and the mappings the front-end still has are known again. After a
-/// crash they are not (the table died with the process): the file system
-/// is told so, and a reply the dead process did not read is drained.
+/// over with the replies it is owed, and the mappings the front-end still
+/// has are known again. After a crash they are not (the table died with
+/// the process), nor how many replies are owed: the file system is told
+/// so, and the channel finds out before its first request.
 fn restore_window(
     inc: &mut Incoming,
     st: &DaemonState,
@@ -645,17 +646,16 @@ fn restore_window(
         channel.set(UnixStream::from(fd));
     }
     fs.attach_mapper(channel.clone(), d.window);
-    fs.restore_mappings(&d.mappings)
+    let owed = d.late_replies.filter(|_| !crashed);
+    channel.restore_owed(owed);
+    let w = xvfs_fs::passthrough::WindowState {
+        mappings: d.mappings.clone(),
+        complete: d.complete,
+        abandoned: d.abandoned,
+        devices: d.devices.clone(),
+    };
+    fs.restore_window(&w, owed.is_none())
         .map_err(|e| SetupError::Io("DAX mappings", e))?;
-    if crashed {
-        fs.mappings_unknown();
-        let stale = channel
-            .drain()
-            .map_err(|e| SetupError::Io("DAX back-end channel", e))?;
-        if stale > 0 {
-            info!("DAX: {stale} byte(s) of a reply the crashed process did not read, dropped");
-        }
-    }
     info!(
         "DAX: a window of {} bytes taken over with {} mapping(s)",
         d.window,

@@ -95,7 +95,12 @@ pub fn hand_over(
     };
     let started = Instant::now();
     info!("upgrade: handing over to {successor} (state format {version})");
-    dev.quiesce();
+    // A front-end that sent a message waits for its answer, which the
+    // successor gives: it reads no DAX map request meanwhile.
+    let front_end_waits = sys::poll_readable(&[conn.stream().as_fd()], 0)
+        .map(|r| r[0])
+        .unwrap_or(true);
+    dev.quiesce_for_handover(front_end_waits);
     let result = send_everything(out, dev, conn, &peer, version);
     match result {
         Ok(()) => {

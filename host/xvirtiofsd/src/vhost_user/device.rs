@@ -20,7 +20,7 @@ use xvfs_fs::ratelimit::RateLimiter;
 
 use crate::migration::dirty_log::{used_ring_bytes, DirtyLog, LogTarget};
 use crate::migration::MigrationConfig;
-use crate::virtqueue::mem::{GuestMemoryMmap, MemoryTable, Region, MAX_REGIONS};
+use crate::virtqueue::mem::{GuestMemoryMmap, MemoryTable, MAX_REGIONS};
 use crate::virtqueue::worker::{
     PollConfig, QueueStats, RingConfig, Worker, WorkerFds, WorkerOptions, MAX_QUEUE_SIZE,
 };
@@ -62,6 +62,7 @@ pub struct DeviceConfig {
 }
 
 mod transfer;
+mod window;
 
 impl DeviceConfig {
     /// `max_queues` virtqueues, no polling, no pinning.
@@ -315,21 +316,6 @@ impl Device {
         for i in 0..self.vrings.len() {
             self.stop_ring(i);
         }
-    }
-
-    /// Runs `stop` (stopping queues for the front-end) with the DAX
-    /// back-end channel told: the front-end reads that channel only once
-    /// this message is answered, so a worker's map must not wait for it.
-    fn while_front_end_stops<T>(&mut self, stop: impl FnOnce(&mut Self) -> T) -> T {
-        let channel = self.cfg.dax.as_ref().map(|(_, ch)| Arc::clone(ch));
-        if let Some(ch) = &channel {
-            ch.set_front_end_stopping(true);
-        }
-        let r = stop(self);
-        if let Some(ch) = &channel {
-            ch.set_front_end_stopping(false);
-        }
-        r
     }
 
     fn stop_ring(&mut self, i: usize) {
@@ -692,32 +678,6 @@ impl Device {
     }
 
     /// SET_MEM_TABLE: replaces the whole memory table.
-    /// A memory region as the front-end describes it. With a DAX window, one
-    /// backed by a file the guest holds in the share is a chunk of the
-    /// window (QEMU adds each of its mappings to guest memory), which the
-    /// table records but never maps.
-    pub(super) fn region(
-        &self,
-        gpa: u64,
-        size: u64,
-        user_addr: u64,
-        mmap_offset: u64,
-        file: File,
-    ) -> Region {
-        let window_chunk = self.cfg.dax.is_some() && self.server.fs().is_guest_file(file.as_fd());
-        if window_chunk {
-            debug!("guest memory: {size:#x} bytes at {gpa:#x} are a DAX window chunk (not mapped)");
-        }
-        Region {
-            gpa,
-            size,
-            user_addr,
-            mmap_offset,
-            file: Arc::new(file),
-            window_chunk,
-        }
-    }
-
     fn set_mem_table(&mut self, req: FrontendReq, body: &[u8], fds: Vec<File>) -> Result<()> {
         let hdr_len = std::mem::size_of::<VhostUserMemory>();
         let reg_len = std::mem::size_of::<VhostUserMemoryRegion>();

@@ -18,24 +18,29 @@ use super::ring::RingState;
 
 impl Device {
     /// The DAX window for a successor: its size, the back-end channel (as
-    /// an index into `fds`) and the file system's mappings.
-    /// Without `with_mappings` (a crash-restart checkpoint, taken while
-    /// workers may be waiting on the front-end with the table locked) the
-    /// mappings are left out; nothing here waits for a map in progress.
+    /// an index into `fds`) with the replies it is owed, and the file
+    /// system's side (mappings, completeness, the file systems of mapped
+    /// files). Without `with_mappings` (a crash-restart checkpoint, taken
+    /// while workers may be waiting on the front-end with the table
+    /// locked) the mappings are left out, and the owed replies too (they
+    /// change with every map, which no checkpoint follows); nothing here
+    /// waits for a map in progress. With them (a handover, the queues
+    /// stopped) the count is exact.
     pub fn export_dax(&self, fds: &mut Vec<RawFd>, with_mappings: bool) -> Option<DaxState> {
         let (window, channel) = self.cfg.dax.as_ref()?;
         let channel_fd = channel.raw_fd().map(|fd| {
             fds.push(fd);
             (fds.len() - 1) as u32
         });
+        let w = self.server.fs().window_state(with_mappings)?;
         Some(DaxState {
             window: *window,
             channel_fd,
-            mappings: if with_mappings {
-                self.server.fs().mappings()
-            } else {
-                Vec::new()
-            },
+            mappings: w.mappings,
+            late_replies: channel.owed_replies().filter(|_| with_mappings),
+            complete: w.complete,
+            abandoned: w.abandoned,
+            devices: w.devices,
         })
     }
 

@@ -7,27 +7,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod lifecycle;
+mod qemu;
 
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
 use common::*;
-use vhost::vhost_user::message::VhostUserHeaderFlag;
+use qemu::*;
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::vhost_user::VhostUserProtocolFeatures as P;
 use vhost::VhostBackend;
-use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-use xvfs_fs::abi::{init_flags, opcode, setupmapping_flags, SetupMappingIn, Wire};
+use xvfs_fs::abi::{init_flags, opcode, setupmapping_flags, Wire};
 use xvirtiofsd::vhost_user::backend::BackendChannel;
 use xvirtiofsd::vhost_user::DeviceConfig;
 use xvirtiofsd::FsServer as Server;
-
-const WINDOW: u64 = 8 << 20;
-const CHUNK: u64 = 2 << 20;
 
 /// A daemon with a window of [`WINDOW`] bytes.
 fn start(dir: &std::path::Path) -> Vmm {
@@ -43,75 +41,6 @@ fn start(dir: &std::path::Path) -> Vmm {
         dev.stop_all();
         r
     })
-}
-
-/// Gives the daemon its back-end channel (SET_BACKEND_REQ_FD) and returns
-/// QEMU's end; from then on every front-end request awaits its ack.
-fn backend_channel(vmm: &mut Vmm) -> UnixStream {
-    let (qemu, daemon) = UnixStream::pair().expect("socketpair");
-    vmm.frontend
-        .set_backend_request_fd(&daemon)
-        .expect("SET_BACKEND_REQ_FD");
-    vmm.frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
-    qemu
-}
-
-/// One request on the back-end channel as QEMU reads it: (request, flags,
-/// payload, descriptors).
-fn read_backend(s: &UnixStream) -> (u32, u32, Vec<u8>, Vec<OwnedFd>) {
-    let mut hdr = [0u8; 12];
-    let mut fds = [0i32; 4];
-    let mut iov = [libc::iovec {
-        iov_base: hdr.as_mut_ptr().cast(),
-        iov_len: hdr.len(),
-    }];
-    // SAFETY: the iovec points at `hdr`, which outlives the call; received
-    // descriptors are owned below, each exactly once.
-    let (n, nfds) = unsafe { s.recv_with_fds(&mut iov, &mut fds) }.expect("recv");
-    assert_eq!(n, 12, "a whole header");
-    let fds = fds[..nfds]
-        .iter()
-        // SAFETY: the kernel installed these descriptors for this process.
-        .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
-        .collect();
-    let word = |i: usize| u32::from_ne_bytes(hdr[i..i + 4].try_into().unwrap());
-    let mut body = vec![0u8; word(8) as usize];
-    (&*s).read_exact(&mut body).expect("payload");
-    (word(0), word(4), body, fds)
-}
-
-/// QEMU's reply to back-end request `req`: `value` (0 = done).
-fn reply_backend(s: &UnixStream, req: u32, value: u64) {
-    let mut m = Vec::new();
-    m.extend_from_slice(&req.to_ne_bytes());
-    m.extend_from_slice(&0x5u32.to_ne_bytes());
-    m.extend_from_slice(&8u32.to_ne_bytes());
-    m.extend_from_slice(&value.to_ne_bytes());
-    (&*s).write_all(&m).expect("reply");
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_ne_bytes(b[off..off + 8].try_into().unwrap())
-}
-
-fn setup(foffset: u64, moffset: u64, flags: u64) -> Vec<u8> {
-    SetupMappingIn {
-        fh: u64::MAX,
-        foffset,
-        len: CHUNK,
-        flags,
-        moffset,
-    }
-    .to_bytes()
-}
-
-fn remove(ranges: &[(u64, u64)]) -> Vec<u8> {
-    let mut b = (ranges.len() as u32).to_ne_bytes().to_vec();
-    for &(at, len) in ranges {
-        b.extend_from_slice(&at.to_ne_bytes());
-        b.extend_from_slice(&len.to_ne_bytes());
-    }
-    b
 }
 
 #[test]
@@ -273,7 +202,6 @@ fn a_window_chunk_in_guest_memory_is_never_touched() {
     use vm_memory::{Bytes, GuestAddress};
     use xvfs_fs::abi::{OpenIn, ReadIn, WriteIn};
 
-    const CHUNK_GPA: u64 = 0x1_0000_0000;
     let dir = scratch_dir("dax-chunk");
     std::fs::write(dir.join("data"), vec![7u8; 2 * CHUNK as usize]).unwrap();
     std::fs::write(dir.join("other"), vec![1u8; 4096]).unwrap();
@@ -454,5 +382,203 @@ fn a_device_stop_does_not_wait_behind_a_map() {
     let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(0, 0, rw));
     assert_eq!(err, 0, "mapped, the late answer dropped");
     fe.join().expect("front-end thread");
+    vmm.shutdown().expect("clean disconnect");
+}
+
+/// A daemon with a window, its front-end negotiated as QEMU 11.1 does
+/// with the test device, queues running, a session started with per-inode
+/// DAX asked for; and QEMU's end of the back-end channel.
+fn dax_vmm(dir: &std::path::Path) -> (Vmm, std::os::unix::net::UnixStream) {
+    let mut vmm = start(dir);
+    let want = P::SHMEM | P::BACKEND_REQ | P::BACKEND_SEND_FD | P::CONFIG | P::REPLY_ACK;
+    vmm.negotiate_with(u64::MAX, want | P::MQ | P::CONFIGURE_MEM_SLOTS);
+    let qemu = backend_channel(&mut vmm);
+    vmm.setup_queues(2);
+    let low = (init_flags::MAP_ALIGNMENT | init_flags::INIT_EXT) as u32;
+    let high = (init_flags::HAS_INODE_DAX >> 32) as u32;
+    let init = xvfs_fs::testing::init_in(41, low, high).to_bytes();
+    assert_eq!(vmm.fuse(1, opcode::INIT, 0, &init).0, 0);
+    (vmm, qemu)
+}
+
+/// A guest that maps a file and FORGETs its node before QEMU announces
+/// the mapping in guest memory (the window's file is then no node of the
+/// guest's any more): the region is a window chunk all the same, never
+/// mapped, so a host truncate under it cannot fault the daemon.
+#[test]
+fn a_forgotten_node_s_chunk_is_never_mapped() {
+    let dir = scratch_dir("dax-forget");
+    std::fs::write(dir.join("data"), vec![7u8; 2 * CHUNK as usize]).unwrap();
+    let (mut vmm, qemu) = dax_vmm(&dir);
+    let qemu = Qemu::serve(qemu);
+    let (node, _) = lookup(&mut vmm, "data");
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(0, 0, RW));
+    assert_eq!(err, 0, "mapped");
+    forget(&mut vmm, node, 1);
+    let data = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("data"))
+        .unwrap();
+    let chunk = chunk_region(&data, 0);
+    vmm.frontend.add_mem_region(&chunk).expect("ADD_MEM_REG");
+    data.set_len(0).unwrap();
+    assert_eq!(
+        getattr_into(&mut vmm, CHUNK_GPA),
+        Some(0),
+        "nothing written into the chunk"
+    );
+    let (err, _) = vmm.fuse(1, opcode::GETATTR, 1, &[0u8; 16]);
+    assert_eq!(err, 0, "serving on");
+    vmm.frontend.remove_mem_region(&chunk).expect("REM_MEM_REG");
+    assert_eq!(qemu.at(0), Some(data.metadata().unwrap().ino()));
+    vmm.shutdown().expect("clean disconnect");
+}
+
+/// Every mapping of QEMU's is whole pages, and a successor refuses a state
+/// with any other: a length that is not is refused before QEMU hears of it.
+#[test]
+fn a_length_of_part_of_a_page_is_refused() {
+    let dir = scratch_dir("dax-len");
+    std::fs::write(dir.join("data"), vec![7u8; 2 * CHUNK as usize]).unwrap();
+    let (mut vmm, qemu) = dax_vmm(&dir);
+    let qemu = Qemu::serve(qemu);
+    let (node, _) = lookup(&mut vmm, "data");
+    for len in [4096 + 1, CHUNK - 512, 100] {
+        let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup_len(0, 0, len, RW));
+        assert_eq!(err, -libc::EINVAL, "length {len:#x}");
+    }
+    assert!(qemu.quiet(100), "nothing reached QEMU");
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup_len(0, 0, 8192, RW));
+    assert_eq!(err, 0, "two pages are fine");
+    assert_eq!(qemu.next(), (SHMEM_MAP, 0));
+    vmm.shutdown().expect("clean disconnect");
+}
+
+/// An unmap QEMU refuses leaves the range's mapping known: the guest's
+/// next removal of it is passed on, and a map there first removes it, so
+/// the range is not lost to the guest (QEMU refuses an overlapping map).
+#[test]
+fn a_refused_unmap_keeps_its_range_known() {
+    let dir = scratch_dir("dax-unmap");
+    std::fs::write(dir.join("a"), vec![1u8; 2 * CHUNK as usize]).unwrap();
+    std::fs::write(dir.join("b"), vec![2u8; 2 * CHUNK as usize]).unwrap();
+    let (mut vmm, qemu) = dax_vmm(&dir);
+    let qemu = Qemu::serve(qemu);
+    let (a, _) = lookup(&mut vmm, "a");
+    let (b, _) = lookup(&mut vmm, "b");
+    let ino_b = std::fs::metadata(dir.join("b")).unwrap().ino();
+
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, a, &setup(0, 0, RW));
+    assert_eq!(err, 0);
+    qemu.refuse_unmaps
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(0, CHUNK)]));
+    assert_eq!(err, -libc::EIO, "QEMU refused");
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(0, CHUNK)]));
+    assert_eq!(err, 0, "asked again, passed on again");
+    assert_eq!(qemu.at(0), None);
+
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, a, &setup(0, CHUNK, RW));
+    assert_eq!(err, 0);
+    qemu.refuse_unmaps
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let (err, _) = vmm.fuse(1, opcode::REMOVEMAPPING, 0, &remove(&[(CHUNK, CHUNK)]));
+    assert_eq!(err, -libc::EIO, "QEMU refused");
+    // Linux frees the range anyway and maps another file there.
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, b, &setup(0, CHUNK, RW));
+    assert_eq!(err, 0, "the range is not stuck");
+    assert_eq!(qemu.at(CHUNK), Some(ino_b));
+    vmm.shutdown().expect("clean disconnect");
+}
+
+/// A value of `security.capability` (revision 2, effective, CAP_NET_RAW).
+fn capability() -> Vec<u8> {
+    let mut v = Vec::new();
+    for w in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+        v.extend_from_slice(&w.to_le_bytes());
+    }
+    v
+}
+
+fn has_capability(path: &std::path::Path) -> bool {
+    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and name; a zero-length buffer asks
+    // only for the size.
+    let r = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    r > 0
+}
+
+/// Stores through the window are writes the host kernel never sees: a
+/// writable mapping clears set-user-ID, set-group-ID with group execute
+/// and the file's capabilities when it is made, as the kernel does on a
+/// write by an unprivileged writer; a read mapping of a file that has any
+/// of them is refused (QEMU 11.1 maps it writable too), and per-inode DAX
+/// leaves set-ID files out.
+#[test]
+fn a_writable_mapping_clears_set_id_bits_and_capabilities() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir("dax-privs");
+    for (name, mode) in [("suid", 0o6755), ("caps", 0o755), ("sgid-noexec", 0o2644)] {
+        let p = dir.join(name);
+        std::fs::write(&p, vec![7u8; 2 * CHUNK as usize]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let caps = std::ffi::CString::new(dir.join("caps").as_os_str().as_encoded_bytes()).unwrap();
+    let v = capability();
+    // SAFETY: a NUL-terminated path and name, a buffer of `v.len()` bytes.
+    let r = unsafe {
+        libc::setxattr(
+            caps.as_ptr(),
+            c"security.capability".as_ptr(),
+            v.as_ptr().cast(),
+            v.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "set a capability: {}",
+        std::io::Error::last_os_error()
+    );
+    let mode = |name: &str| std::fs::metadata(dir.join(name)).unwrap().mode() & 0o7777;
+
+    let (mut vmm, qemu) = dax_vmm(&dir);
+    let qemu = Qemu::serve(qemu);
+    let (suid, dax) = lookup(&mut vmm, "suid");
+    assert!(!dax, "no per-inode DAX for a set-ID file");
+    let (with_caps, _) = lookup(&mut vmm, "caps");
+    let (sgid, _) = lookup(&mut vmm, "sgid-noexec");
+
+    for node in [suid, with_caps] {
+        let read = setupmapping_flags::READ;
+        let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, node, &setup(0, 0, read));
+        assert_eq!(err, -libc::EPERM, "no read mapping of a privileged file");
+    }
+    assert!(qemu.quiet(100), "nothing reached QEMU");
+    assert_eq!(mode("suid"), 0o6755, "a refused mapping changes nothing");
+    assert!(has_capability(&dir.join("caps")));
+
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, suid, &setup(0, 0, RW));
+    assert_eq!(err, 0);
+    assert_eq!(mode("suid"), 0o755, "set-user-ID and set-group-ID cleared");
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, with_caps, &setup(0, CHUNK, RW));
+    assert_eq!(err, 0);
+    assert!(!has_capability(&dir.join("caps")), "capabilities cleared");
+    let (err, _) = vmm.fuse(1, opcode::SETUPMAPPING, sgid, &setup(0, 2 * CHUNK, RW));
+    assert_eq!(err, 0);
+    assert_eq!(
+        mode("sgid-noexec"),
+        0o2644,
+        "set-group-ID without group execute stays"
+    );
     vmm.shutdown().expect("clean disconnect");
 }
