@@ -445,7 +445,8 @@ impl<'de, 'c, A: SeqAccess<'de>> SeqAccess<'de> for Seq<'c, A> {
     /// None until the entries are charged: what reserves room for them
     /// (a vector's capacity) must not do so before.
     fn size_hint(&self) -> Option<usize> {
-        self.pending.map_or_else(|| self.inner.size_hint(), |_| None)
+        self.pending
+            .map_or_else(|| self.inner.size_hint(), |_| None)
     }
 }
 
