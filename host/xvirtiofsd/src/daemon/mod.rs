@@ -252,7 +252,7 @@ impl Daemon {
         origin: Origin,
     ) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
-        logger::init(st.settings.serving.log_level);
+        logger::init(st.settings.serving.log_level, logger::to_syslog());
         let notifier = own.prepared.notifier.take();
         let dev_null = own.prepared.dev_null.take();
         match origin {
