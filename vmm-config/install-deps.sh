@@ -5,8 +5,10 @@
 # run takes well under a second.
 #
 # Steps: bookworm-backports apt source, host packages (QEMU from backports),
-# Rust (rustup, only if cargo is missing) and the upstream virtiofsd 1.14.0
-# (the benchmark baseline) under /opt/xvirtiofs/virtiofsd.
+# Rust (rustup, only if cargo is missing; rustfmt and clippy), the fuzzing
+# tools `make test` and `make fuzz` use (a nightly toolchain, minimal
+# profile, and cargo-fuzz), and the upstream virtiofsd 1.14.0 (the
+# benchmark baseline) under /opt/xvirtiofs/virtiofsd.
 set -eEuo pipefail
 trap 'echo "install-deps: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -20,7 +22,10 @@ VIRTIOFSD_ROOT=/opt/xvirtiofs/virtiofsd
 BPO_PKGS=(qemu-system-x86 qemu-utils)
 # Packages from bookworm itself.
 PKGS=(busybox-static fio cpio zstd xz-utils libseccomp-dev libcap-ng-dev pkg-config
-    shellcheck python3-matplotlib gcc libc6-dev ca-certificates curl dpkg-dev binutils uidmap acl)
+    shellcheck python3-matplotlib gcc g++ libc6-dev ca-certificates curl dpkg-dev binutils uidmap acl
+    git make)
+# cargo-fuzz's version (its libFuzzer is built with g++).
+CARGO_FUZZ_VERSION=0.13.2
 
 print_help() {
     cat <<'HELP'
@@ -125,6 +130,21 @@ install_rust() {
     fi
 }
 
+# The fuzz targets (host/fuzz/run.sh) build with cargo-fuzz, whose
+# sanitizer and coverage flags need a nightly compiler.
+install_fuzz_tools() {
+    if ! rustup toolchain list | grep -q '^nightly'; then
+        say "installing the nightly toolchain (minimal profile) for the fuzz targets"
+        rustup toolchain install nightly --profile minimal \
+            || die "rustup toolchain install nightly failed"
+    fi
+    if ! command -v cargo-fuzz >/dev/null 2>&1; then
+        say "installing cargo-fuzz $CARGO_FUZZ_VERSION (about 2 minutes)"
+        cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked \
+            || die "cargo install cargo-fuzz $CARGO_FUZZ_VERSION failed"
+    fi
+}
+
 install_virtiofsd() {
     local bin="$VIRTIOFSD_ROOT/bin/virtiofsd"
     if [ -x "$bin" ]; then
@@ -145,6 +165,7 @@ main() {
     add_backports
     install_packages
     install_rust
+    install_fuzz_tools
     install_virtiofsd
     say "deps ok: $(qemu-system-x86_64 --version | head -1), $(cargo --version), virtiofsd $VIRTIOFSD_VERSION"
 }
