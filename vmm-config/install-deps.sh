@@ -112,14 +112,16 @@ install_rust() {
         if ! curl -sSfI --max-time 30 "$url" >/dev/null; then
             die "cannot reach $url (rustup's download host); install Rust by hand (https://rustup.rs) and re-run 'make deps'"
         fi
+        # rustup-init acts on the name it is run by: anything but
+        # "rustup-init" (mktemp's tmp.XXXX) makes it a proxy and fail.
         local tmp
-        tmp=$(mktemp)
-        curl -sSf --proto '=https' --tlsv1.2 --max-time 300 -o "$tmp" "$url" \
+        tmp=$(mktemp -d)
+        curl -sSf --proto '=https' --tlsv1.2 --max-time 300 -o "$tmp/rustup-init" "$url" \
             || die "downloading rustup-init from $url failed"
-        chmod +x "$tmp"
-        "$tmp" -y --no-modify-path --profile minimal -c rustfmt -c clippy \
+        chmod +x "$tmp/rustup-init"
+        "$tmp/rustup-init" -y --no-modify-path --profile minimal -c rustfmt -c clippy \
             || die "rustup-init failed"
-        rm -f "$tmp"
+        rm -rf "$tmp"
     fi
     # make test needs rustfmt and clippy as well.
     if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
