@@ -5,7 +5,8 @@
 # run takes well under a second.
 #
 # Steps: bookworm-backports apt source, host packages (QEMU from backports),
-# Rust (rustup, only if cargo is missing; rustfmt and clippy), the fuzzing
+# Rust (rustup if cargo is missing; the toolchain host/rust-toolchain.toml
+# pins, with rustfmt and clippy), the fuzzing
 # tools `make test` and `make fuzz` use (a nightly toolchain, minimal
 # profile, and cargo-fuzz), and the upstream virtiofsd 1.14.0 (the
 # benchmark baseline) under /opt/xvirtiofs/virtiofsd.
@@ -104,8 +105,16 @@ install_packages() {
     fi
 }
 
+# The toolchain host/rust-toolchain.toml pins (every build of host/ uses it).
+rust_toolchain() {
+    sed -n 's/^channel *= *"\(.*\)"/\1/p' "$XVFS_ROOT/host/rust-toolchain.toml"
+}
+
 install_rust() {
     export PATH="$HOME/.cargo/bin:$PATH"
+    local toolchain
+    toolchain=$(rust_toolchain)
+    [ -n "$toolchain" ] || die "no channel in host/rust-toolchain.toml"
     if ! command -v cargo >/dev/null 2>&1; then
         local url=https://static.rust-lang.org/rustup/dist/x86_64-unknown-linux-gnu/rustup-init
         say "cargo not found; installing Rust with rustup from static.rust-lang.org"
@@ -120,15 +129,22 @@ install_rust() {
             || die "downloading rustup-init from $url failed"
         chmod +x "$tmp/rustup-init"
         "$tmp/rustup-init" -y --no-modify-path --profile minimal -c rustfmt -c clippy \
+            --default-toolchain "$toolchain" \
             || die "rustup-init failed"
         rm -rf "$tmp"
     fi
-    # make test needs rustfmt and clippy as well.
-    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    # host/ builds with the pinned toolchain, with rustfmt and clippy.
+    if ! rustup toolchain list 2>/dev/null | grep -q "^$toolchain-"; then
         command -v rustup >/dev/null 2>&1 \
-            || die "cargo fmt / cargo clippy missing and no rustup to add them"
-        say "adding rustup components rustfmt and clippy"
-        rustup component add rustfmt clippy
+            || die "Rust $toolchain (host/rust-toolchain.toml) is missing and there is no rustup to add it"
+        say "installing Rust $toolchain (host/rust-toolchain.toml) with rustfmt and clippy"
+        rustup toolchain install "$toolchain" --profile minimal -c rustfmt -c clippy \
+            || die "rustup toolchain install $toolchain failed"
+    fi
+    if ! cargo "+$toolchain" fmt --version >/dev/null 2>&1 ||
+        ! cargo "+$toolchain" clippy --version >/dev/null 2>&1; then
+        say "adding rustfmt and clippy to Rust $toolchain"
+        rustup component add --toolchain "$toolchain" rustfmt clippy
     fi
 }
 
