@@ -318,7 +318,9 @@ mod tests {
         let with_config = args(&[&format!("--config={}", conf.display())]);
         assert!(check_successor(&control, &with_config).is_ok());
         std::fs::write(&conf, "shared-dir=/\n").unwrap();
-        let e = check_successor(&control, &with_config).unwrap_err().to_string();
+        let e = check_successor(&control, &with_config)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--shared-dir"), "{e}");
         let e = check_successor(&control, &args(&["--bogus"])).unwrap_err();
         assert!(matches!(e, RecordError::Successor(_)), "{e}");
