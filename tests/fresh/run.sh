@@ -14,7 +14,7 @@
 #    /root/xvirtiofs in it.
 # 3. In a mount namespace of its own (so that no mount is ever seen by the
 #    host, and all go when it ends, whatever happened), with /proc, /sys and
-#    /dev bound in, each README command runs in the root with a clean
+#    /dev bound in and a tmpfs on /run, each README command runs in the root with a clean
 #    environment (HOME=/root, Debian's PATH), and is timed and reported
 #    pass/fail: make deps, make check, make vm CMD=..., make fuzz, make
 #    daemon, make install, the daemon commands README gives after an
@@ -92,7 +92,10 @@ step() {
         tail -n 15 "$LOG_DIR/$name.log" | sed 's/^/    /' >&2
     fi
     say "[$name] $result in $((secs / 60)) min $((secs % 60)) s"
-    printf '| `%s` | %s | %d min %02d s |\n' "$cmd" "$result" $((secs / 60)) $((secs % 60)) >>"$REPORT"
+    # One line per row; a `|` in a cell would end it.
+    local shown
+    shown=$(printf '%s' "$cmd" | tr '\n' ' ' | tr -s ' ' | sed 's/|/\\|/g')
+    printf '| `%s` | %s | %d min %02d s |\n' "$shown" "$result" $((secs / 60)) $((secs % 60)) >>"$REPORT"
 }
 
 inside() {
@@ -104,8 +107,9 @@ inside() {
     mount -t proc proc "$ROOT/proc"
     mount --rbind /sys "$ROOT/sys"
     mount --rbind /dev "$ROOT/dev"
+    # /run is a tmpfs on Debian; /tmp is the root file system's own
+    # directory, as on a Debian 12 install.
     mount -t tmpfs -o mode=0755 tmpfs "$ROOT/run"
-    mount -t tmpfs -o mode=1777 tmpfs "$ROOT/tmp"
 
     local fuzz=${XVFS_FRESH_FUZZ_SECONDS:-10}
     step make-deps 3600 'make deps'
