@@ -72,12 +72,14 @@ else
 $(error IMAGE must be debian or buildroot, not '$(IMAGE)')
 endif
 
-.PHONY: help deps build image vm test check test-matrix test-buildroot clean bench bench-quick bench-dax upgrade-demo crash-demo migrate-soak bench-daemon deb fuzz
+.PHONY: help deps daemon build image vm test check test-fresh test-matrix test-buildroot clean bench bench-quick bench-dax upgrade-demo crash-demo migrate-soak bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
 	@echo '             QEMU=7.2|11.1: that QEMU as well, under build/runtimes/ (default 10.0: the host QEMU)'
-	@echo 'make build   cargo build --release in host/ (host/target/release/xvirtiofsd)'
+	@echo 'make daemon  only the daemon: host/target/release/xvirtiofsd (needs cargo; installs'
+	@echo '             nothing and changes nothing on the host)'
+	@echo 'make build   make deps, then every crate of host/ (the daemon, loadgen, xfilebench)'
 	@echo 'make image   build the guest kernel + initramfs (build/guest/)'
 	@echo '             KERNEL=6.1|7: a guest of that kernel in build/guest-<KERNEL>/ (default 6.12)'
 	@echo '             IMAGE=buildroot: the Buildroot guest, built offline from Debian sources'
@@ -89,7 +91,9 @@ help:
 	@echo '             (XVFS_MOUNT_OPTS=dax=always for every file; docs/dax-design.md)'
 	@echo 'make test    fmt, clippy, cargo test, shellcheck, VM tests; "N passed, M failed"'
 	@echo 'make check   the inner loop: fmt, clippy, cargo test, shellcheck, SPDX lines, import'
-	@echo '             cycles (no deps, image or VM; tests/run-all.sh --check)'
+	@echo '             cycles, README command lines (no deps, image or VM; tests/run-all.sh --check)'
+	@echo 'make test-fresh  a clean Debian 12 root (mmdebstrap) runs README'"'"'s set-up and test'
+	@echo '             commands as written: each command, pass/fail, time (tests/fresh/run.sh; ~1 h)'
 	@echo 'make test-matrix  MATRIX_TESTS for each pair of MATRIX_QEMU x MATRIX_KERNELS: a table of'
 	@echo '             passed / failed / n/a (with the reason), "N passed, M failed";'
 	@echo '             report in build/test-logs/matrix-<date>.md (tests/matrix.sh --help)'
@@ -103,8 +107,10 @@ help:
 	@echo 'make fuzz    run each fuzz target (FUSE requests, virtqueues) for FUZZ_SECONDS (600) and'
 	@echo '             print how many inputs each ran'
 	@echo 'make libvirt-up  install libvirt 11 (bookworm-backports) and start virtlogd + libvirtd by hand'
-	@echo 'make install  xvirtiofsd -> $$(PREFIX)/libexec, vhost-user descriptor -> /etc/qemu/vhost-user/'
-	@echo '             (libvirt then finds it without <binary path>); make uninstall removes both'
+	@echo 'make install  make daemon, then xvirtiofsd -> $$(PREFIX)/libexec and $$(PREFIX)/bin (on PATH),'
+	@echo '             vhost-user descriptor -> /etc/qemu/vhost-user/ (libvirt then finds it without'
+	@echo '             <binary path>), man pages, systemd unit xvirtiofsd@.service, completions;'
+	@echo '             make uninstall removes them'
 	@echo 'make deb     build/deb/xvirtiofsd_<version>_amd64.deb: daemon, vhost-user descriptor,'
 	@echo '             man pages, systemd unit xvirtiofsd@.service (packaging/deb/)'
 	@echo 'make clean   remove build/'
@@ -124,6 +130,12 @@ ifneq ($(QEMU),10.0)
 	@vmm-config/runtimes.sh qemu $(QEMU)
 endif
 
+# Only the daemon, with the Rust already there: no apt, no rustup, nothing
+# on the host changes.
+daemon:
+	@command -v cargo >/dev/null || { echo 'make daemon: cargo not found: install Rust (https://rustup.rs) or run make deps' >&2; exit 1; }
+	cd host && cargo build --release -p xvirtiofsd
+
 build: deps
 	cd host && cargo build --release
 
@@ -141,6 +153,11 @@ test: deps build image
 # No deps, image or VM: what a change can be checked with in a minute or two.
 check:
 	@tests/run-all.sh --check
+
+# README's commands on a clean Debian 12 root (tests/fresh/run.sh --help).
+# Not part of `make test`: it builds everything from nothing (about an hour).
+test-fresh:
+	@tests/fresh/run.sh
 # Installs the runtimes and images it needs itself (cached).
 test-matrix: deps build
 	@tests/matrix.sh
@@ -171,7 +188,7 @@ clean:
 	rm -rf build
 
 # The Debian package (packaging/deb/build-deb.sh); its path is the last line.
-deb: build
+deb: daemon
 	@packaging/deb/build-deb.sh
 
 # The daemon benchmark: loadgen plays VMM and guest, so it needs no image.
@@ -187,8 +204,22 @@ PREFIX ?= /usr/local
 VHOST_USER_DIR ?= /etc/qemu/vhost-user
 DESCRIPTOR ?= 50-xvirtiofsd.json
 INSTALLED_DAEMON := $(PREFIX)/libexec/xvirtiofsd
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR ?= $(PREFIX)/share/doc/xvirtiofsd
+# The binary install-files copies (tests/readme_commands.sh installs a
+# debug build into a scratch DESTDIR with it).
+DAEMON_BIN ?= host/target/release/xvirtiofsd
+INSTALLED_FILES := $(INSTALLED_DAEMON) $(BINDIR)/xvirtiofsd $(VHOST_USER_DIR)/$(DESCRIPTOR) \
+	$(MANDIR)/man1/xvirtiofsd.1 $(MANDIR)/man1/xvirtiofsd-status.1 \
+	$(MANDIR)/man1/xvirtiofsd-upgrade.1 $(MANDIR)/man1/xvirtiofsd-completions.1 \
+	$(UNITDIR)/xvirtiofsd@.service $(DOCDIR)/examples/share.conf \
+	$(PREFIX)/share/bash-completion/completions/xvirtiofsd \
+	$(PREFIX)/share/zsh/site-functions/_xvirtiofsd \
+	$(PREFIX)/share/fish/vendor_completions.d/xvirtiofsd.fish
 
-.PHONY: libvirt-up libvirt-down install uninstall
+.PHONY: libvirt-up libvirt-down install install-files uninstall
 
 libvirt-up: deps
 	@vmm-config/libvirt-up
@@ -196,16 +227,33 @@ libvirt-up: deps
 libvirt-down:
 	@vmm-config/libvirt-up --stop
 
-install: build
-	install -D -m 0755 host/target/release/xvirtiofsd $(DESTDIR)$(INSTALLED_DAEMON)
-	install -d -m 0755 $(DESTDIR)$(VHOST_USER_DIR)
+install: daemon
+	@$(MAKE) --no-print-directory install-files
+
+install-files:
+	install -D -m 0755 $(DAEMON_BIN) $(DESTDIR)$(INSTALLED_DAEMON)
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(VHOST_USER_DIR) $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	ln -sfn $(INSTALLED_DAEMON) $(DESTDIR)$(BINDIR)/xvirtiofsd
 	sed 's|"binary": ".*"|"binary": "$(INSTALLED_DAEMON)"|' vmm-config/50-xvirtiofsd.json \
 		>$(DESTDIR)$(VHOST_USER_DIR)/$(DESCRIPTOR)
 	chmod 0644 $(DESTDIR)$(VHOST_USER_DIR)/$(DESCRIPTOR)
+	cd host && cargo run -q -p xvirtiofsd --example xvirtiofsd-man -- "$(abspath $(DESTDIR)$(MANDIR))/man1"
+	chmod 0644 $(DESTDIR)$(MANDIR)/man1/xvirtiofsd*.1
+	sed 's|/usr/libexec/xvirtiofsd|$(INSTALLED_DAEMON)|g' packaging/deb/xvirtiofsd@.service \
+		>$(DESTDIR)$(UNITDIR)/xvirtiofsd@.service
+	install -m 0644 packaging/deb/share.conf $(DESTDIR)$(DOCDIR)/examples/share.conf
+	$(DAEMON_BIN) completions bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/xvirtiofsd
+	$(DAEMON_BIN) completions zsh >$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_xvirtiofsd
+	$(DAEMON_BIN) completions fish >$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/xvirtiofsd.fish
+	@echo 'installed; xvirtiofsd is $(BINDIR)/xvirtiofsd. For the unit: systemctl daemon-reload'
 
 uninstall:
-	rm -f $(DESTDIR)$(INSTALLED_DAEMON) $(DESTDIR)$(VHOST_USER_DIR)/$(DESCRIPTOR)
-	-rmdir $(DESTDIR)$(VHOST_USER_DIR) 2>/dev/null
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
+	-rmdir $(DESTDIR)$(VHOST_USER_DIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 # Filebench suite side by side (bench/bench.sh --help); BENCH_ARGS adds options,
 # e.g. BENCH_ARGS='--reps 3'.

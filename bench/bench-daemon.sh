@@ -241,6 +241,25 @@ in_rep_order() {
     if [ $(($1 % 2)) -eq 1 ]; then cat; else tac; fi
 }
 
+# The number of cases BENCH_CASES keeps.
+count_wanted() {
+    local entry case n=0
+    for entry in "${CASES[@]}"; do
+        case=${entry%%|*}
+        if wanted "$case"; then n=$((n + 1)); fi
+    done
+    echo "$n"
+}
+
+# progress DONE STEPS WHAT: one line per step of the ~30-minute run, with
+# the time so far and an estimate of the rest (from the steps done; the
+# first has none).
+progress() {
+    local done=$1 steps=$2 what=$3 spent=$((SECONDS - t0)) left=''
+    [ "$done" -eq 0 ] || left=", about $(((spent * (steps - done) / done + 59) / 60)) min left"
+    say "[$((done + 1))/$steps] $what (${spent} s so far$left)"
+}
+
 wanted() {
     [ -z "${BENCH_CASES:-}" ] && return 0
     local c
@@ -359,12 +378,15 @@ main() {
     say "$REPS repetitions x ${SECS}s (+${WARMUP}s warm-up) per run"
     "$LOADGEN" prepare --dir "$SHARE"
 
-    local t0=$SECONDS rep entry case opts threads pollwait v q tpq
+    local t0=$SECONDS rep entry case opts threads pollwait v q tpq done=0 steps
     local -a wopts
+    steps=$((REPS * ($(count_wanted) + 1)))
     for rep in $(seq 1 "$REPS"); do
         for entry in "${CASES[@]}"; do
             IFS='|' read -r case opts threads <<<"$entry"
             wanted "$case" || continue
+            progress "$done" "$steps" "repetition $rep/$REPS: $case"
+            done=$((done + 1))
             read -r -a wopts <<<"$opts"
             pollwait=no
             [[ "$opts" == *"--wait poll"* ]] && pollwait=yes
@@ -374,6 +396,8 @@ main() {
                 run_one "$case" "$v" "$q" "$tpq" "$rep" "${wopts[@]}"
             done < <(case_variants "$threads" "$pollwait" | in_rep_order "$rep")
         done
+        progress "$done" "$steps" "repetition $rep/$REPS: scaling table"
+        done=$((done + 1))
         [ "${BENCH_SCALING:-1}" = 0 ] || scaling_rep "$rep"
     done
     say "measured in $((SECONDS - t0)) s"

@@ -12,8 +12,9 @@
 # no import cycle between modules (tests/import_cycles.py) another.
 #
 # `tests/run-all.sh --check` (make check): only fmt, clippy, cargo test,
-# the shell-script lint, SPDX and import cycles: no deps, guest image,
-# fuzzing or VM.
+# README's daemon command lines (tests/readme_commands.py), the
+# shell-script lint, SPDX and import cycles: no deps, guest image, fuzzing
+# or VM.
 #
 # Then the newest runtimes (issue 31): test_ops, test_upgrade and
 # test_migrate once more on QEMU 11.1 (trixie-backports) with the newest 7.x
@@ -147,6 +148,9 @@ main() {
     step_simple cargo-clippy bash -c 'cd host && cargo clippy --workspace --all-targets -- -D warnings &&
         cargo clippy -p xvirtiofsd --all-targets --features fault-injection -- -D warnings'
     step_cargo_test
+    # Every README line that calls the daemon names a binary its install
+    # step gives, and options it has (install steps run into scratch dirs).
+    step_simple readme-commands python3 tests/readme_commands.py
     # Each target (FUSE requests, virtqueues) for XVFS_FUZZ_SECONDS; `make
     # fuzz` runs them longer.
     if [ "${1:-}" != --check ]; then

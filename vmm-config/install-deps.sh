@@ -5,8 +5,11 @@
 # run takes well under a second.
 #
 # Steps: bookworm-backports apt source, host packages (QEMU from backports),
-# Rust (rustup, only if cargo is missing) and the upstream virtiofsd 1.14.0
-# (the benchmark baseline) under /opt/xvirtiofs/virtiofsd.
+# Rust (rustup if cargo is missing; the toolchain host/rust-toolchain.toml
+# pins, with rustfmt and clippy), the fuzzing
+# tools `make test` and `make fuzz` use (a nightly toolchain, minimal
+# profile, and cargo-fuzz), and the upstream virtiofsd 1.14.0 (the
+# benchmark baseline) under /opt/xvirtiofs/virtiofsd.
 set -eEuo pipefail
 trap 'echo "install-deps: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -20,7 +23,10 @@ VIRTIOFSD_ROOT=/opt/xvirtiofs/virtiofsd
 BPO_PKGS=(qemu-system-x86 qemu-utils)
 # Packages from bookworm itself.
 PKGS=(busybox-static fio cpio zstd xz-utils libseccomp-dev libcap-ng-dev pkg-config
-    shellcheck python3-matplotlib gcc libc6-dev ca-certificates curl dpkg-dev binutils uidmap acl)
+    shellcheck python3-matplotlib gcc g++ libc6-dev ca-certificates curl dpkg-dev binutils uidmap acl
+    git make)
+# cargo-fuzz's version (its libFuzzer is built with g++).
+CARGO_FUZZ_VERSION=0.13.2
 
 print_help() {
     cat <<'HELP'
@@ -99,29 +105,61 @@ install_packages() {
     fi
 }
 
+# The toolchain host/rust-toolchain.toml pins (every build of host/ uses it).
+rust_toolchain() {
+    sed -n 's/^channel *= *"\(.*\)"/\1/p' "$XVFS_ROOT/host/rust-toolchain.toml"
+}
+
 install_rust() {
     export PATH="$HOME/.cargo/bin:$PATH"
+    local toolchain
+    toolchain=$(rust_toolchain)
+    [ -n "$toolchain" ] || die "no channel in host/rust-toolchain.toml"
     if ! command -v cargo >/dev/null 2>&1; then
         local url=https://static.rust-lang.org/rustup/dist/x86_64-unknown-linux-gnu/rustup-init
         say "cargo not found; installing Rust with rustup from static.rust-lang.org"
         if ! curl -sSfI --max-time 30 "$url" >/dev/null; then
             die "cannot reach $url (rustup's download host); install Rust by hand (https://rustup.rs) and re-run 'make deps'"
         fi
+        # rustup-init acts on the name it is run by: anything but
+        # "rustup-init" (mktemp's tmp.XXXX) makes it a proxy and fail.
         local tmp
-        tmp=$(mktemp)
-        curl -sSf --proto '=https' --tlsv1.2 --max-time 300 -o "$tmp" "$url" \
+        tmp=$(mktemp -d)
+        curl -sSf --proto '=https' --tlsv1.2 --max-time 300 -o "$tmp/rustup-init" "$url" \
             || die "downloading rustup-init from $url failed"
-        chmod +x "$tmp"
-        "$tmp" -y --no-modify-path --profile minimal -c rustfmt -c clippy \
+        chmod +x "$tmp/rustup-init"
+        "$tmp/rustup-init" -y --no-modify-path --profile minimal -c rustfmt -c clippy \
+            --default-toolchain "$toolchain" \
             || die "rustup-init failed"
-        rm -f "$tmp"
+        rm -rf "$tmp"
     fi
-    # make test needs rustfmt and clippy as well.
-    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    # host/ builds with the pinned toolchain, with rustfmt and clippy.
+    if ! rustup toolchain list 2>/dev/null | grep -q "^$toolchain-"; then
         command -v rustup >/dev/null 2>&1 \
-            || die "cargo fmt / cargo clippy missing and no rustup to add them"
-        say "adding rustup components rustfmt and clippy"
-        rustup component add rustfmt clippy
+            || die "Rust $toolchain (host/rust-toolchain.toml) is missing and there is no rustup to add it"
+        say "installing Rust $toolchain (host/rust-toolchain.toml) with rustfmt and clippy"
+        rustup toolchain install "$toolchain" --profile minimal -c rustfmt -c clippy \
+            || die "rustup toolchain install $toolchain failed"
+    fi
+    if ! cargo "+$toolchain" fmt --version >/dev/null 2>&1 ||
+        ! cargo "+$toolchain" clippy --version >/dev/null 2>&1; then
+        say "adding rustfmt and clippy to Rust $toolchain"
+        rustup component add --toolchain "$toolchain" rustfmt clippy
+    fi
+}
+
+# The fuzz targets (host/fuzz/run.sh) build with cargo-fuzz, whose
+# sanitizer and coverage flags need a nightly compiler.
+install_fuzz_tools() {
+    if ! rustup toolchain list | grep -q '^nightly'; then
+        say "installing the nightly toolchain (minimal profile) for the fuzz targets"
+        rustup toolchain install nightly --profile minimal \
+            || die "rustup toolchain install nightly failed"
+    fi
+    if ! command -v cargo-fuzz >/dev/null 2>&1; then
+        say "installing cargo-fuzz $CARGO_FUZZ_VERSION (about 2 minutes)"
+        cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked \
+            || die "cargo install cargo-fuzz $CARGO_FUZZ_VERSION failed"
     fi
 }
 
@@ -145,6 +183,7 @@ main() {
     add_backports
     install_packages
     install_rust
+    install_fuzz_tools
     install_virtiofsd
     say "deps ok: $(qemu-system-x86_64 --version | head -1), $(cargo --version), virtiofsd $VIRTIOFSD_VERSION"
 }

@@ -15,6 +15,14 @@ pub use virtio_fs_ext::config::{
 
 pub use crate::{COMMIT, VERSION, VERSION_LINE};
 
+pub mod commands;
+pub mod completions;
+pub mod config;
+pub mod help;
+
+pub use commands::{Command, CompletionsOpt, Shell, StatusFormat, StatusOpt, UpgradeOpt};
+pub use help::{ABOUT, LONG_ABOUT};
+
 /// `--version`: the version, the commit, and each encoded format this
 /// build writes and the versions it reads (docs/live-upgrade.md,
 /// "Compatibility").
@@ -22,87 +30,6 @@ pub fn long_version() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TEXT.get_or_init(|| format!("{VERSION_LINE}\n{}", virtio_fs_ext::formats::describe()))
 }
-
-pub const ABOUT: &str =
-    "vhost-user-fs back-end: serves a host directory to virtual machines over virtio-fs";
-
-pub const LONG_ABOUT: &str = "\
-xvirtiofsd serves the directory SHARED_DIR to a virtual machine as a virtio-fs file \
-system. QEMU (or libvirt) connects to it over a vhost-user Unix socket; the guest \
-mounts the share with `mount -t virtiofs TAG /mnt`.
-
-The daemon listens on --socket-path (or on the listening socket passed as --fd), \
-accepts one front-end connection, serves it with one worker thread per virtqueue, \
-and exits when the front-end disconnects.
-
-Nothing a guest sends can reach outside SHARED_DIR: every path is resolved one \
-component at a time relative to file descriptors inside it, symbolic links are never \
-followed, and the process is confined with --sandbox.";
-
-pub const AFTER_HELP: &str = "\
-EXAMPLES:
-    Serve /srv/share to QEMU:
-        xvirtiofsd --socket-path /run/vfs.sock --shared-dir /srv/share --cache auto &
-        qemu-system-x86_64 ... \\
-          -object memory-backend-memfd,id=mem,size=4G,share=on -numa node,memdev=mem \\
-          -chardev socket,id=char0,path=/run/vfs.sock \\
-          -device vhost-user-fs-pci,chardev=char0,tag=share,queue-size=1024
-    In the guest:
-        mount -t virtiofs share /mnt
-
-    As libvirt starts it (domain XML <filesystem> with <driver type='virtiofs'/>):
-        xvirtiofsd --fd=31 --shared-dir /srv/share
-
-    Old virtiofsd compat syntax:
-        xvirtiofsd --socket-path /run/vfs.sock -o source=/srv/share,cache=always,xattr
-
-POLLING:
-    One worker thread serves each virtqueue. After a batch of requests it keeps
-    guest notifications off and polls the ring for --poll-us microseconds; only
-    if nothing arrives does it re-enable notifications, check the ring once more
-    and sleep on the kick eventfd. Polling saves the wake-up (tens of
-    microseconds) on every request of a busy queue, but each polling microsecond
-    is a host CPU taken from the guest: on a host with 2 CPUs or fewer the
-    default window is 0, and --poll adaptive stops polling while requests arrive
-    more slowly than the window plus the measured wake-up cost (the gap beyond
-    which a poll would spin through the whole window and still sleep), and
-    pauses polling (100 ms, doubling up to 1.6 s while it persists) when the
-    scheduler keeps preempting the worker while it polls: another thread, a
-    vCPU or a client, wants that CPU, and spinning would take it from them.
-    --poll-cpu-max bounds the spinning itself: with --poll-cpu-max 20 a worker
-    polls at most 20 % of the time, whatever the traffic, and sleeps on the
-    kick eventfd once its credit is spent.
-
-MIGRATION:
-    A VM with an xvirtiofsd share can be live-migrated (QEMU >= 8.2, `virsh
-    migrate --live`): both hosts serve the same directory (NFS, CephFS, or one
-    directory for two QEMU processes), and the destination QEMU starts its own
-    xvirtiofsd. While QEMU copies memory the daemon logs the guest pages it
-    writes; at switch-over it describes every inode the guest holds and every
-    open file (--migration-mode) into QEMU's migration stream, and the
-    destination opens them again under the same ids: open files, the working
-    directory and inode numbers carry on. A destination also accepts the
-    stream of virtiofsd 1.11-1.14. See docs/migration.md.
-
-CACHE MODES:
-    never     no caching in the guest: every access goes to the host (direct I/O)
-    auto      metadata and page cache valid for 1 s (default)
-    metadata  metadata cached for a day, file data not cached across opens
-    always    metadata cached for a day, page cache kept across opens
-              (only when nothing but this guest changes the directory)
-
-EXIT STATUS:
-    0   the front-end disconnected (normal end of a VM), the connection was
-        handed over to a successor (live upgrade), or --help/--version/
-        --print-capabilities
-    1   a runtime error ended serving (the message says what failed)
-    2   invalid command line
-    3   set-up failed: shared directory, socket, sandbox or seccomp, or (with
-        --handover-from) the predecessor's state was refused
-    128+N
-        the daemon was ended by signal N (with --sandbox namespace the started
-        process supervises the daemon in its PID namespace, passes TERM, INT,
-        HUP, QUIT, USR1 and USR2 on, and exits with the daemon's status)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InodeFileHandles {
@@ -119,10 +46,25 @@ pub enum InodeFileHandles {
     long_version = long_version(),
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_long_help = AFTER_HELP,
-    max_term_width = 100
+    after_long_help = help::after_help(),
+    override_usage = help::USAGE,
+    max_term_width = 100,
+    args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true,
+    subcommand_value_name = "COMMAND",
+    subcommand_help_heading = "Commands",
+    args_override_self = true
 )]
 pub struct Opt {
+    /// Talk to a running daemon, or print completions, instead of serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Read options from FILE, `key=value` per line with the long options
+    /// as keys (see CONFIGURATION FILE); the command line wins.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Directory to share with the guest (or give it as `-o source=DIR`).
     #[arg(long, value_name = "DIR")]
     pub shared_dir: Option<PathBuf>,
@@ -298,8 +240,9 @@ pub struct Opt {
     )]
     pub holder_restart: bool,
 
-    /// No effect: requests are served by one worker thread per request queue
-    /// (see --queues), which takes the place of virtiofsd's thread pool.
+    /// Accepted for compatibility with virtiofsd and has no effect:
+    /// requests are served by one worker thread per request queue (see
+    /// --queues), which takes the place of virtiofsd's thread pool.
     #[arg(long, value_name = "N")]
     pub thread_pool_size: Option<usize>,
 
@@ -449,7 +392,7 @@ pub struct Opt {
     /// guest attribute stored under user.virtiofs.). A guest name no rule
     /// matches is refused with EPERM; a host name no rule matches is hidden.
     /// A map that renames security.capability is refused (the host kernel
-    /// would no longer clear it). Needs --xattr.
+    /// would no longer clear it). Implies --xattr, as in virtiofsd.
     #[arg(long, value_name = "MAP")]
     pub xattrmap: Option<String>,
 
@@ -779,12 +722,8 @@ impl Opt {
         if let Some(m) = &self.xattrmap {
             xvfs_fs::passthrough::XattrMap::parse(m)
                 .map_err(|e| CliError::XattrMap(e.to_string()))?;
-            if !self.xattr {
-                return Err(CliError::XattrMap(
-                    "--xattrmap needs --xattr (extended attributes are not served without it)"
-                        .into(),
-                ));
-            }
+            // As in virtiofsd: a map is of no use without extended attributes.
+            self.xattr = true;
         }
         if let Some(m) = &self.modcaps {
             crate::confine::caps::mask(Some(m)).map_err(|e| CliError::ModCaps(e.to_string()))?;
@@ -883,55 +822,6 @@ pub fn capabilities_json(dax: bool) -> String {
 
 #[cfg(test)]
 mod tests;
-
-/// `xvirtiofsd status`: print a running daemon's state.
-#[derive(Debug, Parser)]
-#[command(name = "xvirtiofsd status", version = VERSION, about = "Print a running xvirtiofsd's version, pid, uptime, connection and per-queue counters (JSON)")]
-pub struct StatusOpt {
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH", required_unless_present = "pid")]
-    pub control: Option<PathBuf>,
-    /// The daemon's pid (its control socket is /run/xvirtiofsd/PID.sock).
-    #[arg(long, value_name = "PID", conflicts_with = "control")]
-    pub pid: Option<u32>,
-}
-
-/// `xvirtiofsd upgrade`: replace a running daemon without guest downtime.
-#[derive(Debug, Parser)]
-#[command(
-    name = "xvirtiofsd upgrade",
-    version = VERSION,
-    about = "Replace a running xvirtiofsd by a new binary without disconnecting the guest",
-    long_about = "Starts BINARY (default: this program) detached, which takes over the \
-running daemon's vhost-user connection, guest memory, eventfds and open files over \
-the control socket. The guest sees a pause of milliseconds. If the new daemon fails \
-before it is ready, the running daemon keeps serving and this command exits 1. \
-On success it returns once the old daemon has exited (waiting up to 10 s, with a \
-warning if it has not).",
-    after_long_help = "EXIT STATUS:\n    0   upgraded\n    1   not upgraded (the running daemon still serves)\n    2   invalid command line"
-)]
-pub struct UpgradeOpt {
-    /// The running daemon's control socket.
-    #[arg(long, value_name = "PATH", required_unless_present = "pid")]
-    pub control: Option<PathBuf>,
-    /// The running daemon's pid (its control socket is /run/xvirtiofsd/PID.sock).
-    #[arg(long, value_name = "PID", conflicts_with = "control")]
-    pub pid: Option<u32>,
-    /// The new daemon binary [default: this program].
-    #[arg(long, value_name = "PATH")]
-    pub binary: Option<PathBuf>,
-    /// Seconds to wait for the new daemon to confirm.
-    #[arg(long, value_name = "S", default_value_t = 30)]
-    pub timeout: u64,
-    /// The new daemon's options (after `--`): the running daemon's, as
-    /// recorded at its first start in CONTROL.args. Only the cache mode,
-    /// direct I/O, readdirplus, queues, polling and log level may differ:
-    /// `upgrade` refuses other differences (--modcaps included) before it
-    /// starts anything, and the new daemon refuses to take over unless its
-    /// settings equal the running daemon's.
-    #[arg(last = true, value_name = "DAEMON-OPTIONS")]
-    pub daemon_args: Vec<String>,
-}
 
 /// `N/SECONDS` of --crash-restart-limit: both at least 1.
 fn parse_limit(s: &str) -> Result<(u32, u64), String> {

@@ -22,6 +22,11 @@ pub enum SetupError {
     Settings(#[from] SettingsError),
     #[error("shared directory {0}")]
     SharedDir(PathBuf, #[source] std::io::Error),
+    #[error(
+        "--shared-dir {0} is not a directory: a share is a directory (to share one file, \
+         share a directory that holds it)"
+    )]
+    SharedDirNotDir(PathBuf),
     #[error("cannot open the shared directory")]
     Fs(#[source] xvfs_fs::passthrough::Error),
     #[error("restoring the FUSE session")]

@@ -3,9 +3,12 @@
 //! machines over virtio-fs.
 //!
 //! Layers, in the direction data flows:
-//! [`vhost_user`] (control socket) → [`queue`] (one worker per virtqueue) →
-//! [`chain`] (descriptor chain as request/reply) → `xvfs_fs::Server` (FUSE) →
-//! `xvfs_fs::PassthroughFs` (host directory) → reply → used ring.
+//! [`vhost_user`] (the vhost-user socket) → [`virtqueue::worker`] (one worker
+//! per virtqueue) → [`virtqueue::chain`] (descriptor chain as request/reply) →
+//! `xvfs_fs::Server` (FUSE) → `xvfs_fs::PassthroughFs` (host directory) →
+//! reply → used ring. Beside them: [`cli`] (the command line and its
+//! commands), [`ops`] (control socket, metrics, logging, `status`),
+//! [`confine`], [`upgrade`], [`crash_restart`], [`migration`].
 
 pub mod cli;
 pub mod confine;

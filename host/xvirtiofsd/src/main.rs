@@ -16,15 +16,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use log::{error, warn};
+use log::warn;
 
-use xvirtiofsd::cli::{self, Opt};
+use xvirtiofsd::cli::{self, Command, Opt, StatusFormat};
 use xvirtiofsd::confine::sandbox;
 use xvirtiofsd::crash_restart::checkpoint::HolderLink;
 use xvirtiofsd::crash_restart::holder;
 use xvirtiofsd::daemon::{self, Daemon, ServeError};
 use xvirtiofsd::ops::control;
-use xvirtiofsd::ops::logger;
+use xvirtiofsd::ops::{logger, status_client};
 use xvirtiofsd::upgrade::{handover, record};
 use xvirtiofsd::{error_chain, sys};
 
@@ -37,21 +37,37 @@ const EXIT_SETUP: u8 = 3;
 /// How long `upgrade` waits for the old daemon to exit after the handover.
 const OLD_DAEMON_EXIT_WAIT: Duration = Duration::from_secs(10);
 
+/// An error that ends start-up: logged, or on standard error when the log
+/// level would drop it (`--log-level off`).
+fn fatal(message: &str) {
+    logger::fatal(module_path!(), message);
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    match args.get(1).map(String::as_str) {
-        Some("status") => return status_command(&args[1..]),
-        Some("upgrade") => return upgrade_command(&args[1..]),
-        _ => {}
-    }
-    let mut opt = match Opt::try_parse() {
+    let args = match cli::config::expand(std::env::args().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("xvirtiofsd: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut opt = match Opt::try_parse_from(&args) {
         Ok(o) => o,
         Err(e) => {
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
         }
     };
-    logger::init(opt.log_level);
+    match opt.command.take() {
+        Some(Command::Status(o)) => return status_command(o),
+        Some(Command::Upgrade(o)) => return upgrade_command(o),
+        Some(Command::Completions(o)) => {
+            cli::completions::write(o.shell, &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        None => {}
+    }
+    logger::init(opt.log_level, opt.syslog);
     if let Err(e) = opt.resolve() {
         eprintln!("xvirtiofsd: {e}");
         eprintln!("Try 'xvirtiofsd --help' for more information.");
@@ -81,7 +97,7 @@ fn main() -> ExitCode {
             // Inside the user namespace the daemon has no rights over host
             // paths: its sockets are made now.
             if let Err(e) = daemon::bind_before_user_namespace(&mut opt) {
-                error!("{}", error_chain(&e));
+                fatal(&error_chain(&e));
                 return ExitCode::from(EXIT_SETUP);
             }
         }
@@ -91,12 +107,12 @@ fn main() -> ExitCode {
             }
             Ok(sandbox::Role::Daemon) => {
                 if let Err(e) = let_go_of_inheritance(&opt) {
-                    error!("{}", error_chain(&e));
+                    fatal(&error_chain(&e));
                     return ExitCode::from(EXIT_SETUP);
                 }
             }
             Err(e) => {
-                error!("{}", error_chain(&e));
+                fatal(&error_chain(&e));
                 return ExitCode::from(EXIT_SETUP);
             }
         }
@@ -117,14 +133,14 @@ fn main() -> ExitCode {
     let daemon = match daemon {
         Ok(d) => d,
         Err(e) => {
-            error!("{}", error_chain(&e));
+            fatal(&error_chain(&e));
             return ExitCode::from(EXIT_SETUP);
         }
     };
     match daemon.serve() {
         Ok(_ended) => ExitCode::SUCCESS,
         Err(e) => {
-            error!("{}", error_chain(&e));
+            fatal(&error_chain(&e));
             ExitCode::from(match e {
                 ServeError::Setup(_) => EXIT_SETUP,
                 ServeError::Connection(_) => EXIT_RUNTIME,
@@ -188,7 +204,7 @@ fn run_holder(opt: &Opt) -> ExitCode {
     match holder::run(opt, slots) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            error!("{}", error_chain(&e));
+            fatal(&error_chain(&e));
             ExitCode::from(EXIT_SETUP)
         }
     }
@@ -217,29 +233,78 @@ fn control_path_of(control: Option<PathBuf>, pid: Option<u32>) -> PathBuf {
     control.unwrap_or_else(|| control::default_path(pid.unwrap_or(0)))
 }
 
-fn status_command(args: &[String]) -> ExitCode {
-    let o = match cli::StatusOpt::try_parse_from(args) {
-        Ok(o) => o,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
-        }
-    };
+/// `xvirtiofsd status`: one daemon's status, or every one found.
+fn status_command(o: cli::StatusOpt) -> ExitCode {
+    if o.control.is_none() && o.pid.is_none() {
+        return list_daemons(o.format);
+    }
     let path = control_path_of(o.control, o.pid);
-    match control::query_status(&path) {
-        Ok(s) if !s.trim().is_empty() => {
-            print!("{s}");
+    match status_client::query(&path, o.pid, Duration::from_secs(5)) {
+        Ok(v) => {
+            match o.format {
+                Some(StatusFormat::Prometheus) => {
+                    print!(
+                        "{}",
+                        status_client::prometheus(&[(path.display().to_string(), v)])
+                    )
+                }
+                _ => println!("{v}"),
+            }
             ExitCode::SUCCESS
         }
-        Ok(_) => {
-            eprintln!("xvirtiofsd status: {} answered nothing", path.display());
-            ExitCode::from(EXIT_RUNTIME)
-        }
-        Err(e) => {
-            eprintln!("xvirtiofsd status: {}: {e}", path.display());
+        Err(why) => {
+            eprintln!("xvirtiofsd status: {why}");
             ExitCode::from(EXIT_RUNTIME)
         }
     }
+}
+
+/// `xvirtiofsd status` without a daemon named: every control socket in
+/// /run/xvirtiofsd that answers (exit 0 when at least one did).
+fn list_daemons(format: Option<StatusFormat>) -> ExitCode {
+    let dir = std::path::Path::new(control::DEFAULT_DIR);
+    let controls = match status_client::find_controls(dir) {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            eprintln!("xvirtiofsd status: {}: {e}", dir.display());
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
+    let found: Vec<_> = controls
+        .into_iter()
+        .map(|c| {
+            // A daemon still waiting for QEMU answers nothing: short.
+            let s = status_client::query(&c, None, Duration::from_secs(1));
+            (c, s)
+        })
+        .collect();
+    let answering: Vec<(String, serde_json::Value)> = found
+        .iter()
+        .filter_map(|(c, s)| Some((c.display().to_string(), s.as_ref().ok()?.clone())))
+        .collect();
+    match format {
+        Some(StatusFormat::Prometheus) => print!("{}", status_client::prometheus(&answering)),
+        Some(StatusFormat::Json) => {
+            let list: Vec<_> = answering.iter().map(|(_, v)| v.clone()).collect();
+            println!("{}", serde_json::Value::Array(list));
+        }
+        None if found.is_empty() => println!(
+            "no xvirtiofsd control socket in {} (a daemon started with --control PATH \
+             is asked with `xvirtiofsd status --control PATH`)",
+            dir.display()
+        ),
+        None => {
+            println!("{}", status_client::TABLE_HEADING);
+            for (c, s) in &found {
+                println!("{}", status_client::table_line(c, s));
+            }
+        }
+    }
+    if answering.is_empty() && !found.is_empty() {
+        return ExitCode::from(EXIT_RUNTIME);
+    }
+    ExitCode::SUCCESS
 }
 
 /// The new daemon's options against the record of the first start's
@@ -268,14 +333,7 @@ fn successor_options_match(control: &std::path::Path, daemon_args: &[String]) ->
     }
 }
 
-fn upgrade_command(args: &[String]) -> ExitCode {
-    let o = match cli::UpgradeOpt::try_parse_from(args) {
-        Ok(o) => o,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
-        }
-    };
+fn upgrade_command(o: cli::UpgradeOpt) -> ExitCode {
     let path = control_path_of(o.control, o.pid);
     let binary = match o.binary {
         Some(b) => b,
@@ -294,7 +352,7 @@ fn upgrade_command(args: &[String]) -> ExitCode {
     let summary = before
         .as_deref()
         .and_then(|s| serde_json::from_str::<control::StatusSummary>(s.trim()).ok());
-    if summary.is_some_and(|s| s.user_namespace) {
+    if summary.as_ref().is_some_and(|s| s.user_namespace) {
         eprintln!(
             "xvirtiofsd upgrade: the daemon runs in a user namespace (--uid-map/--gid-map, or \
              not root): live upgrade is not supported there; it keeps serving"
@@ -326,10 +384,34 @@ fn upgrade_command(args: &[String]) -> ExitCode {
         }
         Err(e) => {
             eprintln!("xvirtiofsd upgrade: {}", error_chain(&e));
+            eprintln!(
+                "xvirtiofsd upgrade: the new daemon's messages: until it reached the running \
+                 daemon, above (it writes to this command's standard error); after that, in \
+                 the running daemon's log ({})",
+                log_destination(summary.as_ref().map(|s| s.serving_pid.max(s.pid)))
+            );
             if before.is_some() && control::query_status(&path).is_ok() {
                 eprintln!("xvirtiofsd upgrade: the running daemon keeps serving");
             }
             ExitCode::from(EXIT_RUNTIME)
         }
+    }
+}
+
+/// Where the daemon `pid` writes its messages: its standard error, named.
+fn log_destination(pid: Option<u32>) -> String {
+    let Some(pid) = pid.filter(|p| *p > 0) else {
+        return "its standard error, or syslog with --syslog".into();
+    };
+    match std::fs::read_link(format!("/proc/{pid}/fd/2")) {
+        Ok(p) if p.is_absolute() && p != std::path::Path::new("/dev/null") => {
+            format!("{}, or syslog with --syslog", p.display())
+        }
+        Ok(p) if p.to_string_lossy().starts_with("socket:") => format!(
+            "a socket: with systemd, `journalctl _PID={pid}` or `journalctl -u UNIT`; or \
+             syslog with --syslog"
+        ),
+        Ok(p) => format!("{}, standard error of process {pid}", p.display()),
+        Err(e) => format!("standard error of process {pid}, unreadable here: {e}"),
     }
 }

@@ -26,7 +26,8 @@ pub fn bind(path: &Path, mode: u32, group: Option<u32>) -> io::Result<UnixListen
     let dir: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(parent)?
+        .open(parent)
+        .map_err(|e| missing_dir(parent, e))?
         .into();
     // Only this thread runs while sockets are created (start-up); the mask
     // is restored right after.
@@ -38,6 +39,19 @@ pub fn bind(path: &Path, mode: u32, group: Option<u32>) -> io::Result<UnixListen
         sys::chown_group_at(dir.as_fd(), Path::new(name), gid)?;
     }
     Ok(listener)
+}
+
+/// A socket's directory that cannot be opened, said to be the directory.
+fn missing_dir(parent: &Path, e: io::Error) -> io::Error {
+    let p = parent.display();
+    let why = match e.kind() {
+        io::ErrorKind::NotFound => {
+            format!("its directory {p} does not exist (create it first: mkdir -p {p})")
+        }
+        _ if e.raw_os_error() == Some(libc::ENOTDIR) => format!("{p} is not a directory"),
+        _ => format!("its directory {p}: {e}"),
+    };
+    io::Error::new(e.kind(), why)
 }
 
 /// Creates `dir` mode 0700 if missing; an existing one must be a real

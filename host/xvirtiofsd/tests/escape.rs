@@ -9,7 +9,7 @@
 //!
 //! The daemon is the real binary of a `fault-injection` build, serving a
 //! front-end played by this test over its vhost-user socket. Per lifecycle:
-//! - the attacker inside the serving process (`src/attack.rs`, armed by
+//! - the attacker inside the serving process (`src/confine/attack.rs`, armed by
 //!   `XVFS_ATTACK=1`, triggered by SIGUSR2) tries `..` from every directory
 //!   descriptor to a host file outside the share and to /proc/sys, the
 //!   same by absolute path, a connection to a host socket and a signal to

@@ -179,8 +179,6 @@ fn xattrmap_is_parsed_at_start_up() {
     assert!(run(":prefix:all::user.virtiofs.::bad:all:::").is_ok());
     assert!(run(":ok:all::").unwrap_err().contains("fewer fields"));
     assert!(run(":good:all:::").unwrap_err().contains("unknown type"));
-    let e = parse(&["--fd=3", "--shared-dir", "/srv", "--xattrmap=:ok:all:::"]).unwrap_err();
-    assert!(e.contains("needs --xattr"), "{e}");
 }
 
 #[test]
@@ -196,4 +194,137 @@ fn print_capabilities_needs_nothing_else() {
     let caps: serde_json::Value = serde_json::from_str(&capabilities_json(true)).unwrap();
     let features = caps["features"].as_array().unwrap();
     assert!(!features.iter().any(|f| f == "migrate-precopy"), "{caps}");
+}
+
+/// `argv` after `--config` expansion, parsed and resolved.
+fn parse_with_config(text: &str, args: &[&str]) -> Result<Opt, String> {
+    let d = std::env::temp_dir().join(format!("xvfs-config-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let file = d.join(format!("{:x}.conf", text.len() * 31 + args.len()));
+    std::fs::write(&file, text).unwrap();
+    let mut argv = vec!["xvirtiofsd".to_string(), "--config".to_string()];
+    argv.push(file.display().to_string());
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let argv = config::expand(argv).map_err(|e| e.to_string())?;
+    let mut o = Opt::try_parse_from(argv).map_err(|e| e.to_string())?;
+    o.resolve().map_err(|e| e.to_string())?;
+    Ok(o)
+}
+
+#[test]
+fn config_file_keys_are_the_long_options_and_the_command_line_wins() {
+    let text = "# a share\n\nshared-dir = /srv/share\nsocket-path=\"/run/a.sock\"\n\
+                cache = never\nxattr = true\nreadonly = false\nqueues = 2\n\
+                translate-uid = map:0:1000:1\nannounce_submounts\nsecurity-label=auto\n";
+    let o = parse_with_config(text, &[]).unwrap();
+    assert_eq!(
+        o.shared_dir.as_deref(),
+        Some(std::path::Path::new("/srv/share"))
+    );
+    assert_eq!(
+        o.socket_path.as_deref(),
+        Some(std::path::Path::new("/run/a.sock"))
+    );
+    assert_eq!(o.cache, CacheMode::Never);
+    assert!(o.xattr && !o.readonly);
+    assert_eq!(o.queues, 2);
+    assert_eq!(o.translate_uid, ["map:0:1000:1"]);
+    assert!(o.announce_submounts);
+    assert_eq!(o.security_label, Some(Negotiation::Auto));
+    let o = parse_with_config(text, &["--cache", "always", "--queues=4"]).unwrap();
+    assert_eq!(o.cache, CacheMode::Always, "the command line wins");
+    assert_eq!(o.queues, 4);
+}
+
+#[test]
+fn config_file_reads_the_units_environment_file() {
+    let unit_conf = include_str!("../../../../packaging/deb/share.conf");
+    let o = parse_with_config(unit_conf, &[]).unwrap();
+    assert_eq!(
+        o.shared_dir.as_deref(),
+        Some(std::path::Path::new("/srv/share"))
+    );
+    assert_eq!(
+        o.socket_path.as_deref(),
+        Some(std::path::Path::new("/run/xvirtiofsd/share.sock"))
+    );
+    assert_eq!(o.socket_group.as_deref(), Some("kvm"));
+    assert_eq!(o.cache, CacheMode::Auto);
+}
+
+#[test]
+fn config_file_errors_name_the_line() {
+    let e = parse_with_config("shared-dir=/srv\nbogus=1\n", &["--fd=3"]).unwrap_err();
+    assert!(e.contains(":2: unknown key `bogus`"), "{e}");
+    let e = parse_with_config("xattr=maybe\n", &[]).unwrap_err();
+    assert!(e.contains(":1: `xattr` is a flag"), "{e}");
+    let e = parse_with_config("cache\n", &[]).unwrap_err();
+    assert!(e.contains("`cache` needs a value"), "{e}");
+    // Internal options are no keys.
+    let e = parse_with_config("handover-from=/x\n", &[]).unwrap_err();
+    assert!(e.contains("unknown key `handover-from`"), "{e}");
+    let e = config::expand(vec!["x".into(), "--config=/nonexistent/xvfs.conf".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("--config /nonexistent/xvfs.conf: "), "{e}");
+    // An upgrade's new-daemon options are the new daemon's to read.
+    let argv: Vec<String> = ["x", "upgrade", "--pid=1", "--", "--config=/nonexistent"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(config::expand(argv.clone()).unwrap(), argv);
+}
+
+#[test]
+fn xattrmap_implies_xattr_as_in_virtiofsd() {
+    let o = parse(&[
+        "--fd=3",
+        "--shared-dir=/srv",
+        "--xattrmap=:map::user.virtiofs.:",
+    ])
+    .unwrap();
+    assert!(o.xattr);
+    let o = parse(&["--fd=3", "-o", "source=/srv,xattrmap=:map::user.virtiofs.:"]).unwrap();
+    assert!(o.xattr);
+    // A bad map is still refused.
+    assert!(parse(&["--fd=3", "--shared-dir=/srv", "--xattrmap=:bogus:"]).is_err());
+}
+
+#[test]
+fn commands_parse_as_subcommands() {
+    let o = Opt::try_parse_from(["xvirtiofsd", "status"]).unwrap();
+    assert!(matches!(
+        o.command,
+        Some(Command::Status(StatusOpt {
+            pid: None,
+            control: None,
+            ..
+        }))
+    ));
+    let o =
+        Opt::try_parse_from(["xvirtiofsd", "status", "--pid=7", "--format=prometheus"]).unwrap();
+    assert!(matches!(
+        o.command,
+        Some(Command::Status(StatusOpt {
+            pid: Some(7),
+            format: Some(StatusFormat::Prometheus),
+            ..
+        }))
+    ));
+    let o =
+        Opt::try_parse_from(["xvirtiofsd", "upgrade", "--pid=7", "--", "--shared-dir=/s"]).unwrap();
+    match o.command {
+        Some(Command::Upgrade(u)) => assert_eq!(u.daemon_args, ["--shared-dir=/s"]),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        Opt::try_parse_from(["xvirtiofsd", "upgrade"]).is_err(),
+        "needs --pid or --control"
+    );
+    assert!(Opt::try_parse_from(["xvirtiofsd", "--shared-dir=/s", "status"]).is_err());
+    let o = Opt::try_parse_from(["xvirtiofsd", "completions", "zsh"]).unwrap();
+    assert!(matches!(
+        o.command,
+        Some(Command::Completions(CompletionsOpt { shell: Shell::Zsh }))
+    ));
 }

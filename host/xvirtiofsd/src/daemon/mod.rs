@@ -252,7 +252,7 @@ impl Daemon {
         origin: Origin,
     ) -> Result<Daemon, SetupError> {
         let st = inc.state.clone();
-        logger::init(st.settings.serving.log_level);
+        logger::init(st.settings.serving.log_level, logger::to_syslog());
         let notifier = own.prepared.notifier.take();
         let dev_null = own.prepared.dev_null.take();
         match origin {
@@ -455,7 +455,14 @@ pub(crate) fn canonical_shared_dir(opt: &Opt) -> Result<PathBuf, SetupError> {
     let shared_dir = opt.shared_dir.clone().ok_or_else(|| {
         SetupError::SharedDir(PathBuf::new(), std::io::ErrorKind::NotFound.into())
     })?;
-    std::fs::canonicalize(&shared_dir).map_err(|e| SetupError::SharedDir(shared_dir, e))
+    let canonical = std::fs::canonicalize(&shared_dir)
+        .map_err(|e| SetupError::SharedDir(shared_dir.clone(), e))?;
+    // Said here, before the sandbox would fail on it with advice that
+    // does not help (another --sandbox).
+    if !canonical.is_dir() {
+        return Err(SetupError::SharedDirNotDir(shared_dir));
+    }
+    Ok(canonical)
 }
 
 /// A received state's security settings must equal `opt`'s (see

@@ -2,10 +2,15 @@
 //! A small logger to standard error (UTC timestamp, level, thread, message),
 //! or, after [`use_syslog`], to the system logger (level as priority, thread
 //! and message; syslog adds the time and pid).
+//!
+//! What is logged: `--log-level`, or, as in virtiofsd, `RUST_LOG` when it
+//! is set and the daemon does not log to syslog: a level, and
+//! `MODULE=LEVEL` directives for a module and the modules under it
+//! ([`Filter::parse`]).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{LevelFilter, Log, Metadata, Record};
@@ -70,18 +75,135 @@ fn syslog_priority(level: log::Level) -> libc::c_int {
     }
 }
 
-/// Installs the logger at `level`.
-pub fn init(level: LogLevel) {
-    let filter = match level {
-        LogLevel::Error => LevelFilter::Error,
-        LogLevel::Warn => LevelFilter::Warn,
-        LogLevel::Info => LevelFilter::Info,
-        LogLevel::Debug => LevelFilter::Debug,
-        LogLevel::Trace => LevelFilter::Trace,
-        LogLevel::Off => LevelFilter::Off,
+/// What is logged: a level for every message, and levels for the
+/// messages of some modules (the record's target and those under it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    pub default: LevelFilter,
+    /// (module path, level), longest path first.
+    pub modules: Vec<(String, LevelFilter)>,
+}
+
+/// The filter in force (replaced when a successor takes its
+/// predecessor's log level).
+static FILTER: RwLock<Option<Filter>> = RwLock::new(None);
+
+fn with_filter(f: impl FnOnce(&Filter) -> bool) -> bool {
+    FILTER
+        .read()
+        .ok()
+        .and_then(|g| g.as_ref().map(f))
+        .unwrap_or(false)
+}
+
+/// Whether messages go to the system logger ([`use_syslog`]).
+pub fn to_syslog() -> bool {
+    SYSLOG.load(Ordering::Acquire)
+}
+
+impl Filter {
+    /// `RUST_LOG`'s form, as virtiofsd (env_logger) reads it:
+    /// comma-separated directives, each `LEVEL` (every message) or
+    /// `MODULE=LEVEL` or a bare `MODULE` (all of its messages). Directives
+    /// it cannot read are reported in the second value and skipped.
+    pub fn parse(spec: &str) -> (Filter, Vec<String>) {
+        let mut f = Filter {
+            default: LevelFilter::Error,
+            modules: Vec::new(),
+        };
+        let mut bad = Vec::new();
+        // env_logger's `/REGEX` message filter is not supported.
+        let spec = spec.split('/').next().unwrap_or("");
+        for d in spec.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            match d.split_once('=') {
+                None => match d.parse::<LevelFilter>() {
+                    Ok(l) => f.default = l,
+                    Err(_) => f.modules.push((d.to_string(), LevelFilter::Trace)),
+                },
+                Some((m, l)) => match l.trim().parse::<LevelFilter>() {
+                    Ok(l) if !m.trim().is_empty() => f.modules.push((m.trim().to_string(), l)),
+                    _ => bad.push(d.to_string()),
+                },
+            }
+        }
+        f.modules.sort_by_key(|m| std::cmp::Reverse(m.0.len()));
+        (f, bad)
+    }
+
+    /// The level of `--log-level`.
+    pub fn level(level: LogLevel) -> Filter {
+        let default = match level {
+            LogLevel::Error => LevelFilter::Error,
+            LogLevel::Warn => LevelFilter::Warn,
+            LogLevel::Info => LevelFilter::Info,
+            LogLevel::Debug => LevelFilter::Debug,
+            LogLevel::Trace => LevelFilter::Trace,
+            LogLevel::Off => LevelFilter::Off,
+        };
+        Filter {
+            default,
+            modules: Vec::new(),
+        }
+    }
+
+    /// The most verbose level anything may be logged at.
+    pub fn max(&self) -> LevelFilter {
+        self.modules
+            .iter()
+            .map(|(_, l)| *l)
+            .fold(self.default, std::cmp::max)
+    }
+
+    /// Whether a message of `target` at `level` is logged.
+    pub fn enabled(&self, target: &str, level: log::Level) -> bool {
+        let of_module = |m: &str| {
+            target
+                .strip_prefix(m)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        };
+        let limit = self
+            .modules
+            .iter()
+            .find(|(m, _)| of_module(m))
+            .map_or(self.default, |(_, l)| *l);
+        level <= limit
+    }
+}
+
+/// Installs the logger: at `level`, or as `RUST_LOG` says when it is set
+/// and the messages go to standard error (`syslog` false), as virtiofsd
+/// does.
+pub fn init(level: LogLevel, syslog: bool) {
+    let rust_log = std::env::var("RUST_LOG").ok().filter(|_| !syslog);
+    let (filter, bad) = match rust_log {
+        Some(spec) => Filter::parse(&spec),
+        None => (Filter::level(level), Vec::new()),
     };
+    log::set_max_level(filter.max());
+    if let Ok(mut g) = FILTER.write() {
+        *g = Some(filter);
+    }
     let _ = log::set_logger(&LOGGER);
-    log::set_max_level(filter);
+    for d in bad {
+        eprintln!("xvirtiofsd: RUST_LOG: ignoring `{d}` (not MODULE=LEVEL)");
+    }
+}
+
+/// Whether an error of `target` is logged: when not, an error that ends
+/// the process is printed to standard error by [`fatal`].
+fn errors_logged(target: &str) -> bool {
+    with_filter(|f| f.enabled(target, log::Level::Error))
+}
+
+/// An error that ends the process: logged, or printed to standard error
+/// when the logger would drop it (`--log-level off`), so that a failed
+/// start is never silent.
+pub fn fatal(target: &str, message: &str) {
+    if errors_logged(target) {
+        log::error!(target: target, "{message}");
+    } else {
+        eprintln!("xvirtiofsd: {message}");
+    }
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a time since the epoch.
@@ -108,7 +230,7 @@ fn timestamp(secs: u64, millis: u32) -> String {
 
 impl Log for StderrLogger {
     fn enabled(&self, metadata: &Metadata) -> bool {
-        metadata.level() <= log::max_level()
+        with_filter(|f| f.enabled(metadata.target(), metadata.level()))
     }
 
     fn log(&self, record: &Record) {
@@ -146,6 +268,35 @@ impl Log for StderrLogger {
 
 #[cfg(test)]
 mod tests {
+    use super::{Filter, LevelFilter};
+    use log::Level;
+
+    #[test]
+    fn rust_log_as_virtiofsd_reads_it() {
+        let (f, bad) = Filter::parse("debug");
+        assert_eq!(f.default, LevelFilter::Debug);
+        assert!(bad.is_empty());
+        let (f, bad) = Filter::parse("warn,xvirtiofsd::virtqueue=trace,xvfs_fs=off,x=loud");
+        assert_eq!(bad, ["x=loud"]);
+        assert!(f.enabled("xvirtiofsd::virtqueue::worker", Level::Trace));
+        assert!(f.enabled("xvirtiofsd::virtqueue", Level::Debug));
+        assert!(
+            !f.enabled("xvirtiofsd::virtqueuex", Level::Info),
+            "a module boundary"
+        );
+        assert!(f.enabled("xvirtiofsd::daemon", Level::Warn));
+        assert!(!f.enabled("xvirtiofsd::daemon", Level::Info));
+        assert!(!f.enabled("xvfs_fs::passthrough", Level::Error));
+        assert_eq!(f.max(), LevelFilter::Trace);
+        // A bare module name: all of its messages; the rest at error.
+        let (f, _) = Filter::parse("xvirtiofsd::ops");
+        assert!(f.enabled("xvirtiofsd::ops::control", Level::Trace));
+        assert!(!f.enabled("xvirtiofsd::daemon", Level::Warn));
+        assert!(f.enabled("xvirtiofsd::daemon", Level::Error));
+        // env_logger's message regex is not applied.
+        assert_eq!(Filter::parse("info/foo").0.default, LevelFilter::Info);
+    }
+
     #[test]
     fn timestamps_are_civil_utc() {
         assert_eq!(super::timestamp(0, 0), "1970-01-01T00:00:00.000Z");

@@ -198,6 +198,8 @@ pub fn check_successor(
 /// A command line as the daemon reads it, or clap's or the daemon's
 /// complaint on one line.
 fn parse(argv: &[String]) -> Result<Opt, String> {
+    // `--config FILE` as the daemon itself reads it (main expands it first).
+    let argv = crate::cli::config::expand(argv.to_vec()).map_err(|e| e.to_string())?;
     let mut o = Opt::try_parse_from(argv).map_err(|e| {
         let s = e.to_string();
         s.lines().next().unwrap_or("").trim().to_string()
@@ -310,6 +312,16 @@ mod tests {
             assert!(e.contains(what), "{what}: {e}");
         }
         assert!(!e.contains('\n'), "one line: {e}");
+        // A configuration file is read as the daemon reads it.
+        let conf = d.join("c.conf");
+        std::fs::write(&conf, "shared-dir=/tmp\ncache=never\n").unwrap();
+        let with_config = args(&[&format!("--config={}", conf.display())]);
+        assert!(check_successor(&control, &with_config).is_ok());
+        std::fs::write(&conf, "shared-dir=/\n").unwrap();
+        let e = check_successor(&control, &with_config)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--shared-dir"), "{e}");
         let e = check_successor(&control, &args(&["--bogus"])).unwrap_err();
         assert!(matches!(e, RecordError::Successor(_)), "{e}");
         let _ = std::fs::remove_dir_all(&d);

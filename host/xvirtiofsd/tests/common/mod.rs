@@ -138,7 +138,7 @@ impl Vmm {
     ) -> Vmm {
         let max_queues = cfg.max_queues;
         if std::env::var_os("XVFS_TEST_LOG").is_some() {
-            xvirtiofsd::ops::logger::init(xvirtiofsd::cli::LogLevel::Trace);
+            xvirtiofsd::ops::logger::init(xvirtiofsd::cli::LogLevel::Trace, false);
         }
         let (ours, theirs) = UnixStream::pair().expect("socketpair");
         let (stats_tx, stats_rx) = std::sync::mpsc::channel();
