@@ -159,6 +159,19 @@ run_one() {
     work=$(mktemp -d "${SCRATCH:-/var/tmp}/xvfs-fbcmp.XXXXXX")
     prepare "$f" "$work/w.f" "$work/data" "$stock"
     mkdir -p "$work/data"
+    # tpcso.f preallocates about 170 GiB (literal sizes no override
+    # changes): it runs on a 1 GiB tmpfs, where both tools meet ENOSPC at
+    # once and say so, instead of filling this host's shared disk.
+    local small=0
+    if [ "$(basename "$f")" = tpcso.f ]; then
+        if ! mount -t tmpfs -o size=1g xvfs-fbcmp "$work/data"; then
+            echo "not run: tpcso.f needs about 170 GiB and no 1 GiB tmpfs could be mounted" >"$out.out"
+            echo 125 >"$out.rc"
+            rm -rf "$work"
+            return 0
+        fi
+        small=1
+    fi
     cp "$work/w.f" "$out.f"
     shm_before=$(ls /tmp/filebench-shm-* 2>/dev/null || true)
     local tmo=$((secs * 6 + 180))
@@ -176,6 +189,7 @@ run_one() {
     wait "$pid" || rc=$?
     reap_session "$pid"
     echo "$rc" >"$out.rc"
+    [ "$small" -eq 0 ] || umount "$work/data"
     # Filebench leaves its shared memory file behind when it fails.
     local s
     for s in /tmp/filebench-shm-*; do
