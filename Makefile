@@ -72,7 +72,7 @@ else
 $(error IMAGE must be debian or buildroot, not '$(IMAGE)')
 endif
 
-.PHONY: help deps daemon build image vm test check test-fresh test-matrix test-buildroot clean bench bench-quick bench-dax upgrade-demo crash-demo migrate-soak bench-daemon deb fuzz
+.PHONY: help deps daemon build image vm test check test-fresh test-matrix test-buildroot clean bench bench-quick bench-dax bench-filebench-compare upgrade-demo crash-demo migrate-soak bench-daemon deb fuzz
 
 help:
 	@echo 'make deps    install host packages, QEMU (backports), Rust, upstream virtiofsd 1.14.0'
@@ -121,6 +121,8 @@ help:
 	@echo 'make bench-daemon  xvirtiofsd vs virtiofsd vs host syscalls with bench/loadgen (no VM, ~34 min);'
 	@echo '             report in bench/results/daemon-<date>-<rev>/ (BENCH_SECS BENCH_REPS BENCH_CASES'
 	@echo '             BENCH_HALT_POLL_NS: guest halt-polling window for the run, on a VM host)'
+	@echo 'make bench-filebench-compare  xfilebench vs Filebench 1.5-alpha3 (built from source in'
+	@echo '             build/filebench/) on every stock personality, per flowop -> bench/results/filebench-compare-*/'
 	@echo 'make bench-dax  QEMU 11.1: fio mmap/psync through the DAX window vs --cache auto/always,'
 	@echo '             and the host memory of two guests reading one file -> bench/results/dax-*/'
 
@@ -263,6 +265,13 @@ bench: deps build image
 
 bench-quick: deps build image
 	@bench/bench.sh --list quick $(BENCH_ARGS)
+
+# xfilebench against Filebench 1.5-alpha3 built from its public source in
+# build/filebench/ (bench/filebench-compare.sh --help); COMPARE_ARGS adds
+# options, e.g. COMPARE_ARGS='--reps 5 --secs 5'.
+COMPARE_ARGS ?=
+bench-filebench-compare: build
+	@bench/filebench-compare.sh $(COMPARE_ARGS)
 
 # QEMU 11.1's DAX window against --cache auto and always (bench/bench-dax.sh).
 bench-dax: deps build image

@@ -25,8 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Filebench's MAXREAP: the most completions one round of `aiowait` takes.
-pub const MAX_REAP: usize = 1024;
+/// Filebench's MAXREAP (`fb_localfs.c`: 4096): the most completions one
+/// round of `aiowait` takes.
+pub const MAX_REAP: usize = 4096;
 /// How long a round of `aiowait` waits while more than [`MAX_REAP`] writes
 /// are outstanding.
 const ROUND_WAIT: Duration = Duration::from_secs(1);
@@ -34,7 +35,7 @@ const ROUND_WAIT: Duration = Duration::from_secs(1);
 const ALIGN: usize = 4096;
 
 struct Job {
-    file: File,
+    file: Arc<File>,
     offset: u64,
     buf: Vec<u8>,
     start: usize,
@@ -97,13 +98,14 @@ impl Aio {
         Ok(())
     }
 
-    /// Queues a write of `data` at `offset` of `file`.
-    pub fn submit(&mut self, file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
+    /// Queues a write of `data` at `offset` of `file` (the write holds the
+    /// descriptor until it is done).
+    pub fn submit(&mut self, file: &Arc<File>, offset: u64, data: &[u8]) -> io::Result<()> {
         let mut buf = vec![0u8; data.len() + ALIGN];
         let start = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
         buf[start..start + data.len()].copy_from_slice(data);
         let job = Job {
-            file: file.try_clone()?,
+            file: file.clone(),
             offset,
             buf,
             start,
@@ -184,7 +186,7 @@ impl Drop for Aio {
 mod tests {
     use super::*;
 
-    fn temp(name: &str) -> (std::path::PathBuf, File) {
+    fn temp(name: &str) -> (std::path::PathBuf, Arc<File>) {
         let p = std::env::temp_dir().join(format!("xfb-aio-{name}-{}", std::process::id()));
         let f = std::fs::OpenOptions::new()
             .create(true)
@@ -193,7 +195,7 @@ mod tests {
             .write(true)
             .open(&p)
             .unwrap();
-        (p, f)
+        (p, Arc::new(f))
     }
 
     #[test]
@@ -228,7 +230,7 @@ mod tests {
             aio.submit(&f, 1 << 20, b"tail").unwrap();
         }
         assert_eq!(std::fs::metadata(&p).unwrap().len(), (1 << 20) + 4);
-        let ro = File::open(&p).unwrap();
+        let ro = Arc::new(File::open(&p).unwrap());
         let mut aio = Aio::new().unwrap();
         aio.submit(&ro, 0, b"x").unwrap();
         std::thread::sleep(Duration::from_millis(200));

@@ -19,11 +19,16 @@
 //! evenly over the set; the others do not exist until a `createfile`.
 //!
 //! # Picks
-//! A fileset entry is taken by one thread at a time (from `openfile` or
-//! `createfile` until `closefile`); the picks rotate through the set. The
-//! single file of `define file` is shared: every thread may open it.
+//! As Filebench's (`fileset_pick`, `fileset_unbusy` in `fileset.c`): a pick
+//! makes an entry busy for the one operation the thread does on it (open,
+//! create, delete, stat), and the entry is free again as soon as that is
+//! done; an open file is not held, so any number of threads may have the
+//! same file open (its open count says how many descriptors do). Picks
+//! rotate through the set: one shared rotor, or the thread's own for
+//! `opennext` (Filebench's `fs_file_exrotor[tid]`). `define file` is a set
+//! of one such entry.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -76,19 +81,29 @@ pub enum Want {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Picked {
     Got(usize),
-    /// Entries in the wanted state exist, but other threads hold them all.
+    /// Entries in the wanted state exist, but other threads are busy with
+    /// every one of them (each for one open, create, delete or stat).
     Busy,
     /// No entry is in the wanted state.
     Empty,
 }
 
+/// Filebench's per-fileset pick state (`fileset_pick`, `fileset_unbusy`):
+/// the state of every entry, the entries busy for the one operation a
+/// thread is doing on them, and how many descriptors have each one open.
 #[derive(Debug, Default)]
 struct PickSet {
     exists: Vec<bool>,
+    /// Open descriptors of each entry (Filebench's `fse_open_cnt`).
+    open: Vec<u32>,
     busy: BTreeSet<usize>,
     free_existing: BTreeSet<usize>,
     free_missing: BTreeSet<usize>,
+    /// The shared rotor of picks of existing entries (`fs_file_exrotor[0]`).
     cursor_existing: usize,
+    /// The rotors of threads that pick with their own (`opennext`:
+    /// `fs_file_exrotor[tid]`).
+    thread_cursors: HashMap<u64, usize>,
     cursor_missing: usize,
 }
 
@@ -102,14 +117,22 @@ impl PickSet {
                 s.free_missing.insert(i);
             }
         }
+        s.open = vec![0; exists.len()];
         s.exists = exists;
         s
     }
 
-    fn pick(&mut self, want: Want, take: bool) -> Option<usize> {
-        let (set, cursor) = match want {
-            Want::Existing => (&mut self.free_existing, &mut self.cursor_existing),
-            Want::Missing => (&mut self.free_missing, &mut self.cursor_missing),
+    /// The next entry in the wanted state that no thread is busy with, from
+    /// the rotor on (wrapping around), made busy. `rotor`: the thread's own
+    /// rotor (`opennext`), else the shared one.
+    fn pick(&mut self, want: Want, rotor: Option<u64>) -> Option<usize> {
+        let (set, cursor) = match (want, rotor) {
+            (Want::Existing, None) => (&mut self.free_existing, &mut self.cursor_existing),
+            (Want::Existing, Some(t)) => (
+                &mut self.free_existing,
+                self.thread_cursors.entry(t).or_default(),
+            ),
+            (Want::Missing, _) => (&mut self.free_missing, &mut self.cursor_missing),
         };
         let idx = set
             .range(*cursor..)
@@ -117,16 +140,15 @@ impl PickSet {
             .or_else(|| set.iter().next())
             .copied()?;
         *cursor = idx + 1;
-        if take {
-            set.remove(&idx);
-            self.busy.insert(idx);
-        }
+        set.remove(&idx);
+        self.busy.insert(idx);
         Some(idx)
     }
 
     /// The first free entry in the wanted state at or after `idx`, else the
-    /// first one (Filebench's `fileset_find_entry` and its busy skip).
-    fn pick_at(&mut self, idx: usize, want: Want, take: bool) -> Option<usize> {
+    /// first one (Filebench's `fileset_find_entry` and its busy skip), made
+    /// busy.
+    fn pick_at(&mut self, idx: usize, want: Want) -> Option<usize> {
         let set = match want {
             Want::Existing => &mut self.free_existing,
             Want::Missing => &mut self.free_missing,
@@ -136,15 +158,13 @@ impl PickSet {
             .next()
             .or_else(|| set.iter().next())
             .copied()?;
-        if take {
-            set.remove(&found);
-            self.busy.insert(found);
-        }
+        set.remove(&found);
+        self.busy.insert(found);
         Some(found)
     }
 
-    fn pick_or_busy(&mut self, want: Want, take: bool) -> Picked {
-        if let Some(i) = self.pick(want, take) {
+    fn pick_or_busy(&mut self, want: Want, rotor: Option<u64>) -> Picked {
+        if let Some(i) = self.pick(want, rotor) {
             return Picked::Got(i);
         }
         let wanted = want == Want::Existing;
@@ -155,7 +175,13 @@ impl PickSet {
         }
     }
 
-    fn release(&mut self, idx: usize) {
+    /// Filebench's `fileset_unbusy`: the entry's new state (when given),
+    /// `open_delta` added to its open count, and it is no longer busy.
+    fn unbusy(&mut self, idx: usize, exists: Option<bool>, open_delta: i64) {
+        if let Some(e) = exists {
+            self.exists[idx] = e;
+        }
+        self.add_open(idx, open_delta);
         self.busy.remove(&idx);
         if self.exists[idx] {
             self.free_missing.remove(&idx);
@@ -166,10 +192,9 @@ impl PickSet {
         }
     }
 
-    fn set_exists(&mut self, idx: usize, exists: bool, free: bool) {
-        self.exists[idx] = exists;
-        if free {
-            self.release(idx);
+    fn add_open(&mut self, idx: usize, delta: i64) {
+        if let Some(n) = self.open.get_mut(idx) {
+            *n = (i64::from(*n) + delta).clamp(0, i64::from(u32::MAX)) as u32;
         }
     }
 }
@@ -380,22 +405,20 @@ impl Fileset {
         m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a file (exclusive for filesets, shared for `define file`).
-    pub fn pick_file(&self, want: Want) -> Option<usize> {
-        self.picks(false).pick(want, !self.spec.is_file)
-    }
-
-    /// Takes a file, waiting while other threads hold every candidate (as
-    /// Filebench does); `None` when no file is in the wanted state or when
-    /// `stop` is set.
+    /// Picks a file and makes it busy, waiting while other threads are
+    /// busy with every candidate; `None` when no file is in the wanted state
+    /// or when `stop` is set. `rotor`: the thread's own rotor (`opennext`).
+    /// The caller does its one operation and then calls
+    /// [`Fileset::unbusy`].
     pub fn pick_file_wait(
         &self,
         want: Want,
+        rotor: Option<u64>,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Option<usize> {
         let mut p = self.picks(false);
         loop {
-            match p.pick_or_busy(want, !self.spec.is_file) {
+            match p.pick_or_busy(want, rotor) {
                 Picked::Got(i) => return Some(i),
                 Picked::Empty => return None,
                 Picked::Busy => {
@@ -415,19 +438,16 @@ impl Fileset {
     /// The `indexed=` pick, as Filebench's: entry `idx` (modulo the
     /// entries) if it is free and in the wanted state, else the next such
     /// entry after it, wrapping around; `None` when there is none (out of
-    /// resources). Taken like [`Fileset::pick_file`].
+    /// resources). Made busy like [`Fileset::pick_file_wait`].
     pub fn pick_index(&self, idx: usize, want: Want) -> Option<usize> {
         let idx = idx % self.files.len().max(1);
-        self.picks(false).pick_at(idx, want, !self.spec.is_file)
+        self.picks(false).pick_at(idx, want)
     }
 
-    /// Takes entry `idx` whatever its state, waiting while another thread
-    /// holds it (`deletefile fd=N`, as Filebench's); false when `stop` is
-    /// set first.
+    /// Makes entry `idx` busy whatever its state, waiting while another
+    /// thread is busy with it (`deletefile fd=N`, as Filebench's); false
+    /// when `stop` is set first.
     pub fn take_entry_wait(&self, idx: usize, stop: &std::sync::atomic::AtomicBool) -> bool {
-        if self.spec.is_file {
-            return true;
-        }
         let mut p = self.picks(false);
         while p.busy.contains(&idx) {
             if stop.load(Ordering::Relaxed) {
@@ -445,17 +465,23 @@ impl Fileset {
         true
     }
 
-    /// Gives a file back after `closefile`/`deletefile`/`statfile`.
-    pub fn release_file(&self, idx: usize) {
-        if !self.spec.is_file {
-            self.picks(false).release(idx);
-            self.released.notify_all();
-        }
+    /// The end of the operation on a busy entry (Filebench's
+    /// `fileset_unbusy`): its new state when given, `open_delta` added to
+    /// its open count (+1 after an open or create, minus the count after an
+    /// unlink), and other threads may pick it again.
+    pub fn unbusy(&self, idx: usize, exists: Option<bool>, open_delta: i64) {
+        self.picks(false).unbusy(idx, exists, open_delta);
+        self.released.notify_all();
     }
 
-    pub fn set_file_exists(&self, idx: usize, exists: bool) {
-        let free = self.spec.is_file;
-        self.picks(false).set_exists(idx, exists, free);
+    /// A descriptor of entry `idx` was closed.
+    pub fn closed(&self, idx: usize) {
+        self.picks(false).add_open(idx, -1);
+    }
+
+    /// How many descriptors have entry `idx` open.
+    pub fn open_count(&self, idx: usize) -> u32 {
+        self.picks(false).open.get(idx).copied().unwrap_or(0)
     }
 
     pub fn file_exists(&self, idx: usize) -> bool {
@@ -463,11 +489,11 @@ impl Fileset {
     }
 
     pub fn pick_leafdir(&self, want: Want) -> Option<usize> {
-        self.picks(true).pick(want, true)
+        self.picks(true).pick(want, None)
     }
 
     pub fn finish_leafdir(&self, idx: usize, exists: bool) {
-        self.picks(true).set_exists(idx, exists, true);
+        self.picks(true).unbusy(idx, Some(exists), 0);
     }
 
     pub fn pick_dir(&self) -> Option<&Path> {
@@ -613,17 +639,44 @@ mod tests {
     }
 
     #[test]
-    fn picks_rotate_and_are_exclusive() {
+    fn a_pick_is_busy_only_until_its_operation_ends() {
         let mut p = PickSet::new(vec![true, false, true, true]);
-        assert_eq!(p.pick(Want::Existing, true), Some(0));
-        assert_eq!(p.pick(Want::Existing, true), Some(2));
-        assert_eq!(p.pick(Want::Existing, true), Some(3));
-        assert_eq!(p.pick(Want::Existing, true), None);
-        p.release(2);
-        assert_eq!(p.pick(Want::Existing, true), Some(2));
-        assert_eq!(p.pick(Want::Missing, true), Some(1));
-        p.set_exists(1, true, true);
-        assert_eq!(p.pick(Want::Existing, false), Some(1));
+        assert_eq!(p.pick(Want::Existing, None), Some(0));
+        assert_eq!(p.pick(Want::Existing, None), Some(2));
+        assert_eq!(p.pick(Want::Existing, None), Some(3));
+        // Every existing entry busy (three opens under way).
+        assert_eq!(p.pick_or_busy(Want::Existing, None), Picked::Busy);
+        // The opens end: the entries are open, and free to pick again.
+        for i in [0, 2, 3] {
+            p.unbusy(i, None, 1);
+        }
+        assert_eq!(p.pick(Want::Existing, None), Some(0));
+        p.unbusy(0, None, 1);
+        assert_eq!(p.open, vec![2, 0, 1, 1]);
+        // A create makes the entry exist.
+        assert_eq!(p.pick(Want::Missing, None), Some(1));
+        p.unbusy(1, Some(true), 1);
+        assert_eq!(p.pick_or_busy(Want::Missing, None), Picked::Empty);
+        assert_eq!(p.pick(Want::Existing, None), Some(1));
+    }
+
+    #[test]
+    fn an_opennext_thread_has_its_own_rotor() {
+        // Filebench's fs_file_exrotor[tid]: each such thread starts at the
+        // first entry, whatever the others picked.
+        let mut p = PickSet::new(vec![true; 3]);
+        for want in [0, 1] {
+            let i = p.pick(Want::Existing, None).unwrap();
+            assert_eq!(i, want);
+            p.unbusy(i, None, 1);
+        }
+        for t in [7, 8] {
+            let i = p.pick(Want::Existing, Some(t)).unwrap();
+            assert_eq!(i, 0, "thread {t}");
+            p.unbusy(i, None, 1);
+        }
+        assert_eq!(p.pick(Want::Existing, Some(7)), Some(1));
+        assert_eq!(p.pick(Want::Existing, None), Some(2));
     }
 
     #[test]
@@ -631,10 +684,11 @@ mod tests {
         // Filebench's fileset_find_entry: that entry, else the next one
         // after it, else the first; busy entries are skipped.
         let mut p = PickSet::new(vec![true, false, false, true, false]);
-        assert_eq!(p.pick_at(1, Want::Existing, true), Some(3));
-        assert_eq!(p.pick_at(4, Want::Existing, true), Some(0));
-        assert_eq!(p.pick_at(0, Want::Existing, true), None, "both busy");
-        assert_eq!(p.pick_at(2, Want::Missing, false), Some(2));
-        assert_eq!(p.pick_at(0, Want::Missing, false), Some(1));
+        assert_eq!(p.pick_at(1, Want::Existing), Some(3));
+        assert_eq!(p.pick_at(4, Want::Existing), Some(0));
+        assert_eq!(p.pick_at(0, Want::Existing), None, "both busy");
+        assert_eq!(p.pick_at(2, Want::Missing), Some(2));
+        p.unbusy(2, None, 0);
+        assert_eq!(p.pick_at(0, Want::Missing), Some(1));
     }
 }

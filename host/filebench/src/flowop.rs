@@ -3,10 +3,21 @@
 //! thread's flowops until the run stops.
 //!
 //! Semantics (Filebench's, with the choices noted):
-//! - Files are held in fd slots: `fd=N` names a slot shared by the flowops of
-//!   the thread; a flowop without `fd` has a slot of its own. A read/write
-//!   flowop on an empty slot opens a file of its fileset and keeps it open;
-//!   `opennext` closes it and opens the next one every time.
+//! - Files are open in fd slots, as Filebench's thread descriptor table
+//!   (`tf_fd`, 129 of them): `fd=N` names slot N, shared by the flowops of
+//!   the thread; a flowop without `fd` uses slot 0. A read/write flowop on an
+//!   empty slot opens a file of its fileset there and keeps it open; that
+//!   open counts as one more operation of the flowop (0 bytes), as
+//!   Filebench's `flowoplib_openfile_common` times and counts it. `opennext`
+//!   takes the thread's next slot of a rotor, 127 down to 0 and round again
+//!   (`flowoplib_fdnum`), so a thread opens 128 files in its first 128 such
+//!   operations and then goes round them, never closing one; its picks go
+//!   through the fileset with a rotor of the thread's own.
+//! - A file is busy only while a thread opens, creates, deletes or stats it
+//!   (see [`crate::fileset`]); a `deletefile` that picks a file some
+//!   descriptor has open deletes nothing and counts nothing, as Filebench's.
+//! - A flowop that Filebench returns from without timing anything (a limit
+//!   flowop with no `eventgen` rate, that skipped delete) is not counted.
 //! - Sequential reads continue where the last one stopped; at the end of
 //!   the file one read gets 0 bytes (an operation all the same, as in
 //!   Filebench) and the next starts over (at the end of `workingset` they
@@ -38,6 +49,13 @@ mod files;
 mod io;
 
 const ALIGN: usize = 4096;
+/// Filebench's `THREADFLOW_MAXFD`: the `opennext` rotor goes round slots
+/// 127 to 0.
+pub const MAX_FD: usize = 128;
+
+/// A unique id of every worker (Filebench's `tf_utid`): the key of its own
+/// pick rotor.
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A flowop with its attributes resolved.
 #[derive(Debug, Clone)]
@@ -93,9 +111,13 @@ pub struct ThreadPlan {
 }
 
 struct Slot {
-    file: File,
+    /// Shared by the `opennext` slots of one thread that have the same file
+    /// open with the same flags (see [`Worker::open_slot`]).
+    file: Arc<File>,
     fileset: usize,
     entry: usize,
+    /// The open flags beyond read/write (O_SYNC, O_DIRECT).
+    flags: i32,
     offset: u64,
     size: u64,
 }
@@ -120,6 +142,14 @@ pub struct Worker {
     buckets: Vec<Bucket>,
     /// The asynchronous writes of `aiowrite`, from the first one on.
     aio: Option<crate::aio::Aio>,
+    /// This worker's unique id (its `opennext` pick rotor).
+    uid: u64,
+    /// The `opennext` slot rotor (Filebench's `tf_fdrotor`).
+    fd_rotor: usize,
+    /// Set by a flowop that did nothing Filebench counts.
+    uncounted: bool,
+    /// Set by an implicit open: the flowop's own time starts here.
+    restart: Option<Instant>,
 }
 
 type Res = Result<u64, End>;
@@ -153,6 +183,10 @@ impl Worker {
             own: vec![(0, 0); n],
             buckets: vec![Bucket::default(); n],
             aio: None,
+            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            fd_rotor: 0,
+            uncounted: false,
+            restart: None,
         }
     }
 
@@ -188,7 +222,10 @@ impl Worker {
                         break 'outer End::Stopped;
                     }
                     let t0 = Instant::now();
-                    match self.exec(i) {
+                    let r = self.exec(i);
+                    let t0 = self.restart.take().unwrap_or(t0);
+                    match r {
+                        Ok(_) if std::mem::take(&mut self.uncounted) => {}
                         Ok(bytes) => self.record(i, t0.elapsed().as_nanos() as u64, bytes),
                         Err(e) => break 'outer e,
                     }
@@ -224,7 +261,7 @@ impl Worker {
     fn close_all(&mut self) {
         for (_, s) in self.slots.drain() {
             if let Some(fs) = self.filesets.get(s.fileset) {
-                fs.release_file(s.entry);
+                fs.closed(s.entry);
             }
         }
     }
@@ -255,15 +292,22 @@ impl Worker {
         }
     }
 
-    fn open_entry(&self, i: usize, fs: &Fileset, entry: usize, create: bool) -> Result<File, End> {
+    /// The open flags of flowop `i` beyond read/write: `dsync` is O_SYNC
+    /// (Filebench's `fileset_openfile`), `directio` O_DIRECT.
+    fn open_flags(&self, i: usize) -> i32 {
         let op = &self.plan.ops[i];
         let mut flags = 0;
         if op.dsync {
-            flags |= libc::O_DSYNC;
+            flags |= libc::O_SYNC;
         }
         if op.directio {
             flags |= libc::O_DIRECT;
         }
+        flags
+    }
+
+    fn open_entry(&self, i: usize, fs: &Fileset, entry: usize, create: bool) -> Result<File, End> {
+        let flags = self.open_flags(i);
         let mut oo = OpenOptions::new();
         oo.read(true).custom_flags(flags);
         if !fs.spec.readonly {
@@ -293,13 +337,14 @@ impl Worker {
             (Some(ix), None) => Some(ix as usize),
             (None, None) => None,
         };
+        let rotor = op.opennext.then_some(self.uid);
         let picked = match index {
             Some(ix) => fs.pick_index(ix, want),
-            None => fs.pick_file_wait(want, &self.shared.stop),
+            None => fs.pick_file_wait(want, rotor, &self.shared.stop),
         };
         if self.shared.stopped() {
             if let Some(e) = picked {
-                fs.release_file(e);
+                fs.unbusy(e, None, 0);
             }
             return Err(End::Stopped);
         }
@@ -322,39 +367,73 @@ impl Worker {
         }
     }
 
-    /// Opens a file of the flowop's fileset into its slot unless one is open.
-    fn ensure_slot(&mut self, i: usize) -> Result<usize, End> {
-        let op = &self.plan.ops[i];
-        let key = op.fd;
-        if op.opennext {
-            if let Some(s) = self.slots.remove(&key) {
-                if let Some(fs) = self.filesets.get(s.fileset) {
-                    fs.release_file(s.entry);
-                }
-            }
+    /// The slot flowop `i` uses: its `fd` (default 0), or with `opennext`
+    /// the next one of the thread's rotor (127 down to 0, as Filebench's
+    /// `flowoplib_fdnum`).
+    fn slot_key(&mut self, i: usize) -> usize {
+        if !self.plan.ops[i].opennext {
+            return self.plan.ops[i].fd;
         }
+        if self.fd_rotor == 0 {
+            self.fd_rotor = MAX_FD;
+        }
+        self.fd_rotor -= 1;
+        self.fd_rotor
+    }
+
+    /// The slot of flowop `i`, opening a file of its fileset there unless
+    /// one is open (Filebench's `flowoplib_filesetup`). An open made here
+    /// counts as an operation of the flowop, timed alone (Filebench's
+    /// `flowoplib_openfile_common` times it between its own
+    /// `flowop_beginop`/`flowop_endop`).
+    fn ensure_slot(&mut self, i: usize) -> Result<usize, End> {
+        let key = self.slot_key(i);
         if self.slots.contains_key(&key) {
             return Ok(key);
         }
-        let fsi = match op.fileset {
-            Some(f) => f,
-            None => {
-                return Err(self.fail(
-                    i,
-                    "fd not open",
-                    format!("fd {key} and no fileset to open from"),
-                ))
-            }
+        let t0 = Instant::now();
+        self.open_slot(i, key)?;
+        if self.plan.ops[i].kind != FlowopKind::OpenFile {
+            self.record(i, t0.elapsed().as_nanos() as u64, 0);
+            self.restart = Some(Instant::now());
+        }
+        Ok(key)
+    }
+
+    /// Picks a file of flowop `i`'s fileset and opens it in slot `key`. An
+    /// `opennext` slot whose file this thread already has open in another
+    /// slot with the same flags shares that descriptor: Filebench's worker
+    /// process opens all 128 (one process per thread there), but 200
+    /// threads of one process of ours would need 25,600 descriptors. The
+    /// open still counts, as Filebench's.
+    fn open_slot(&mut self, i: usize, key: usize) -> Result<(), End> {
+        let Some(fsi) = self.plan.ops[i].fileset else {
+            return Err(self.fail(
+                i,
+                "fd not open",
+                format!("fd {key} and no fileset to open from"),
+            ));
         };
         let fs = self.fileset(i)?;
         let entry = self.pick(i, &fs, Want::Existing)?;
-        let file = match self.open_entry(i, &fs, entry, false) {
-            Ok(f) => f,
-            Err(e) => {
-                fs.release_file(entry);
-                return Err(e);
-            }
+        let flags = self.open_flags(i);
+        let shared = self.plan.ops[i].opennext.then(|| {
+            self.slots
+                .values()
+                .find(|s| s.fileset == fsi && s.entry == entry && s.flags == flags)
+                .map(|s| s.file.clone())
+        });
+        let file = match shared.flatten() {
+            Some(f) => f,
+            None => match self.open_entry(i, &fs, entry, false) {
+                Ok(f) => Arc::new(f),
+                Err(e) => {
+                    fs.unbusy(entry, None, 0);
+                    return Err(e);
+                }
+            },
         };
+        fs.unbusy(entry, None, 1);
         let size = file
             .metadata()
             .map(|m| m.len())
@@ -365,11 +444,12 @@ impl Worker {
                 file,
                 fileset: fsi,
                 entry,
+                flags,
                 offset: 0,
                 size,
             },
         );
-        Ok(key)
+        Ok(())
     }
 
     fn read_at(&mut self, i: usize, key: usize, n: usize, off: u64) -> Result<usize, End> {

@@ -66,6 +66,9 @@ impl Worker {
     pub(super) fn limit(&mut self, i: usize) -> Res {
         let op = &self.plan.ops[i];
         let Some(ev) = op.events.clone() else {
+            // No eventgen rate: Filebench's limit flowops return before
+            // they time anything, so nothing is counted.
+            self.uncounted = true;
             return Ok(0);
         };
         let unit = match op.kind {

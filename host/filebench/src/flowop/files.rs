@@ -12,7 +12,7 @@ use crate::shared::End;
 impl Worker {
     pub(super) fn create_file(&mut self, i: usize) -> Res {
         let fs = self.fileset(i)?;
-        let key = self.plan.ops[i].fd;
+        let key = self.slot_key(i);
         if self.slots.contains_key(&key) {
             return Err(self.fail(i, "createfile", format!("fd {key} is already open")));
         }
@@ -20,18 +20,20 @@ impl Worker {
         let file = match self.open_entry(i, &fs, entry, true) {
             Ok(f) => f,
             Err(e) => {
-                fs.release_file(entry);
+                fs.unbusy(entry, None, 0);
                 return Err(e);
             }
         };
-        fs.set_file_exists(entry, true);
+        fs.unbusy(entry, Some(true), 1);
         let fsi = self.plan.ops[i].fileset.unwrap_or(0);
+        let flags = self.open_flags(i);
         self.slots.insert(
             key,
             Slot {
-                file,
+                file: std::sync::Arc::new(file),
                 fileset: fsi,
                 entry,
+                flags,
                 offset: 0,
                 size: 0,
             },
@@ -40,22 +42,22 @@ impl Worker {
     }
 
     pub(super) fn open_file(&mut self, i: usize) -> Res {
-        let key = self.plan.ops[i].fd;
+        let key = self.slot_key(i);
         if self.slots.contains_key(&key) {
             return Err(self.fail(i, "openfile", format!("fd {key} is already open")));
         }
-        self.ensure_slot(i)?;
+        self.open_slot(i, key)?;
         Ok(0)
     }
 
     pub(super) fn close_file(&mut self, i: usize) -> Res {
-        let key = self.plan.ops[i].fd;
+        let key = self.slot_key(i);
         match self.slots.remove(&key) {
             Some(s) => {
                 drop(s.file);
                 self.last_file.insert(key, (s.fileset, s.entry));
                 if let Some(fs) = self.filesets.get(s.fileset) {
-                    fs.release_file(s.entry);
+                    fs.closed(s.entry);
                 }
                 Ok(0)
             }
@@ -63,27 +65,35 @@ impl Worker {
         }
     }
 
+    /// `deletefile filesetname=…`: picks an existing file; as Filebench's
+    /// `flowoplib_deletefile`, a file that some descriptor has open is not
+    /// deleted and nothing is counted.
     pub(super) fn delete_file(&mut self, i: usize) -> Res {
         if self.plan.ops[i].fileset.is_none() {
             return self.delete_by_fd(i);
         }
         let fs = self.fileset(i)?;
         let entry = self.pick(i, &fs, Want::Existing)?;
-        let r = fs::remove_file(&fs.files[entry].path);
-        if r.is_ok() {
-            fs.set_file_exists(entry, false);
+        if fs.open_count(entry) > 0 {
+            fs.unbusy(entry, None, 0);
+            self.uncounted = true;
+            return Ok(0);
         }
-        fs.release_file(entry);
+        let r = fs::remove_file(&fs.files[entry].path);
+        let gone = r.is_ok();
+        fs.unbusy(entry, gone.then_some(false), 0);
         r.map_err(|e| self.fail(i, &format!("unlink {}", fs.files[entry].path.display()), e))?;
         Ok(0)
     }
 
-    /// `deletefile fd=N` without a fileset: unlinks the file open in slot N
-    /// (this thread holds it), or the one last opened there, once no other
-    /// thread holds it (Filebench waits likewise); then slot N names no file.
+    /// `deletefile fd=N` without a fileset: unlinks the file open in slot N,
+    /// or the one last opened there, once no other thread is busy with it
+    /// (Filebench waits likewise); then slot N names no file. As Filebench's,
+    /// nothing is deleted nor counted while another descriptor has the file
+    /// open (more than ours when slot N is open, any when it is closed).
     fn delete_by_fd(&mut self, i: usize) -> Res {
-        let key = self.plan.ops[i].fd;
-        let (fsi, entry, held) = match self.slots.get(&key) {
+        let key = self.slot_key(i);
+        let (fsi, entry, open_here) = match self.slots.get(&key) {
             Some(s) => (s.fileset, s.entry, true),
             None => match self.last_file.get(&key) {
                 Some(&(f, e)) => (f, e, false),
@@ -93,22 +103,24 @@ impl Worker {
         let Some(fs) = self.filesets.get(fsi).cloned() else {
             return Err(self.fail(i, "deletefile", "no such fileset"));
         };
-        if !held && !fs.take_entry_wait(entry, &self.shared.stop) {
+        if !fs.take_entry_wait(entry, &self.shared.stop) {
             return Err(End::Stopped);
         }
         self.last_file.remove(&key);
+        let others = fs.open_count(entry).saturating_sub(u32::from(open_here));
+        if others > 0 {
+            fs.unbusy(entry, None, 0);
+            self.uncounted = true;
+            return Ok(0);
+        }
         let path = &fs.files[entry].path;
         let r = fs::remove_file(path);
         let gone = match &r {
             Ok(()) => true,
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
         };
-        if gone {
-            fs.set_file_exists(entry, false);
-        }
-        if !held {
-            fs.release_file(entry);
-        }
+        let open = i64::from(fs.open_count(entry));
+        fs.unbusy(entry, gone.then_some(false), if gone { -open } else { 0 });
         match r {
             // Already gone (another thread deleted it): nothing to do.
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -122,7 +134,7 @@ impl Worker {
         let fs = self.fileset(i)?;
         let entry = self.pick(i, &fs, Want::Existing)?;
         let r = fs::metadata(&fs.files[entry].path);
-        fs.release_file(entry);
+        fs.unbusy(entry, None, 0);
         r.map_err(|e| self.fail(i, &format!("stat {}", fs.files[entry].path.display()), e))?;
         Ok(0)
     }
