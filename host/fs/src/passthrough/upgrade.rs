@@ -422,20 +422,41 @@ impl Share<'_> {
             return Some((Vec::new(), sys::dup(self.root).ok()?));
         }
         let link = sys::readlinkat(self.proc_self_fd, &sys::fd_name(fd.as_raw_fd())).ok()?;
-        let host_root = self.host_root;
-        let mut candidates = vec![link.as_slice()];
-        if let Some(rest) = link.strip_prefix(host_root) {
-            if host_root == b"/" || rest.is_empty() || rest.starts_with(b"/") {
-                candidates.push(rest);
-            }
-        }
-        candidates.into_iter().find_map(|p| {
+        candidates(&link, self.host_root).into_iter().find_map(|p| {
             let own = open_path(self.root, p).ok()?;
             let st = sys::stat_fd(own.as_fd()).ok()?;
             ((st.st_dev, st.st_ino) == key)
                 .then(|| (p.strip_prefix(b"/").unwrap_or(p).to_vec(), own))
         })
     }
+}
+
+/// The paths under which a file named `link` (its `/proc/self/fd` link,
+/// read in this process) may lie in the share, most likely first: the link
+/// itself (the kernel names a file of the predecessor's sandbox mount from
+/// that mount's root), the link less the share's host path `host_root`,
+/// then every shorter tail of the link. A daemon started in a chroot (a
+/// container's root, `make test-fresh`) mounts the share over that root,
+/// so the kernel names the file from the host's root through the chroot's
+/// directory, a prefix nobody here knows. Each candidate is only a guess:
+/// [`Share::find`] opens it beneath the share and keeps it only if it is
+/// the same file.
+fn candidates<'a>(link: &'a [u8], host_root: &[u8]) -> Vec<&'a [u8]> {
+    let mut out = vec![link];
+    if let Some(rest) = link.strip_prefix(host_root) {
+        if host_root == b"/" || rest.is_empty() || rest.starts_with(b"/") {
+            out.push(rest);
+        }
+    }
+    let tails = (1..link.len())
+        .filter(|&i| link[i] == b'/')
+        .map(|i| &link[i..]);
+    for tail in tails {
+        if !out.contains(&tail) {
+            out.push(tail);
+        }
+    }
+    out
 }
 
 impl SharedDir {
@@ -501,4 +522,32 @@ pub(super) fn component(c: &[u8]) -> Option<CString> {
         return None;
     }
     CString::new(c).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::candidates;
+
+    #[test]
+    fn a_file_named_through_a_chroot_is_looked_for_under_each_tail() {
+        let link = b"/var/tmp/fresh/root/d/a";
+        let want: Vec<&[u8]> = vec![
+            b"/var/tmp/fresh/root/d/a",
+            b"/tmp/fresh/root/d/a",
+            b"/fresh/root/d/a",
+            b"/root/d/a",
+            b"/d/a",
+            b"/a",
+        ];
+        assert_eq!(candidates(link, b"/srv/share"), want);
+    }
+
+    #[test]
+    fn the_share_s_host_path_is_tried_second_and_not_twice() {
+        let link = b"/srv/share/d/a";
+        let got = candidates(link, b"/srv/share");
+        assert_eq!(got[..2], [&link[..], b"/d/a"]);
+        assert_eq!(got.iter().filter(|c| **c == b"/d/a").count(), 1);
+        assert_eq!(candidates(b"/a", b"/"), vec![&b"/a"[..], b"a"]);
+    }
 }
