@@ -341,16 +341,21 @@ pub fn prometheus(daemons: &[(String, Value)]) -> String {
     out
 }
 
+/// The labels of one queue of the daemon at `control`.
+fn queue_labels(control: &str, q: &Value) -> String {
+    format!(
+        "control={},queue=\"{}\"",
+        quoted(control),
+        q["queue"].as_u64().unwrap_or(0)
+    )
+}
+
 /// Writes one line per queue of every daemon; `line` puts `{LABELS}` where
 /// the labels go.
 fn each_queue(out: &mut String, daemons: &[(String, Value)], line: impl Fn(&Value) -> String) {
     for (control, v) in daemons {
         for q in queues(v) {
-            let labels = format!(
-                "control={},queue=\"{}\"",
-                quoted(control),
-                q["queue"].as_u64().unwrap_or(0)
-            );
+            let labels = queue_labels(control, q);
             let _ = writeln!(
                 out,
                 "{}",
@@ -375,11 +380,7 @@ fn latency(out: &mut String, daemons: &[(String, Value)]) {
     );
     for (control, v) in daemons {
         for q in queues(v) {
-            let labels = format!(
-                "control={},queue=\"{}\"",
-                quoted(control),
-                q["queue"].as_u64().unwrap_or(0)
-            );
+            let labels = queue_labels(control, q);
             let counts: Vec<u64> = q["latency_log2_us"]
                 .as_array()
                 .map(|a| a.iter().map(|c| c.as_u64().unwrap_or(0)).collect())
