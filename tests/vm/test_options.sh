@@ -22,6 +22,8 @@ vmt_init options
 SHARE=$VMT_DIR/share
 mkdir -p "$SHARE"
 echo "read through the share" >"$SHARE/hello"
+# --config's file: long options as keys (tests/cli.rs checks their meaning).
+printf '# options of test_options\ncache=auto\nxattr=true\n' >"$VMT_DIR/options.conf"
 REAL=$DAEMON
 
 # NAME|MODE|ARGS|EXPECT: NAME as the document names it; MODE plain, socket
@@ -73,6 +75,8 @@ CASES=(
     "--translate-uid|plain|--translate-uid=host:100000:0:65536|serve"
     "--translate-gid|plain|--translate-gid=squash-host:100000:0:65536|serve"
     "--preserve-noatime|plain|--preserve-noatime|serve"
+    "--max-open|plain|--max-open 4096|serve"
+    "--config|plain|--config $VMT_DIR/options.conf|serve"
     "--migration-mode|plain|--migration-mode file-handles|serve"
     "--migration-on-error|plain|--migration-on-error guest-error|serve"
     "--migration-verify-handles|plain|--migration-verify-handles|serve"
@@ -129,7 +133,9 @@ PY
 have=" $(printf '%s\n' "${CASES[@]}" | cut -d'|' -f1 | tr '\n' ' ') "
 missing=()
 for n in "${DOC[@]}"; do
-    case $n in -V | --version | -h | --help | --print-capabilities) continue ;; esac
+    # Printed and exited above; the commands (not daemon options) are
+    # tests/cli.rs's and test_upgrade's.
+    case $n in -V | --version | -h | --help | --print-capabilities | status | upgrade | completions) continue ;; esac
     [[ $have == *" $n "* ]] || missing+=("$n")
 done
 assert_eq "" "${missing[*]}" "every option of docs/virtiofsd-compat.md (${#DOC[@]} names) has a case here"
